@@ -1,0 +1,37 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SAMPLE ?= sample_traces/gloo_4rank_profiler
+
+.PHONY: demo test lint pytest bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev,record]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/commprof analyze $(SAMPLE)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: lint pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_ingest.py
+
+clean:
+	rm -rf $(VENV) .bench-venv .pytest_cache .mypy_cache .ruff_cache
+	find . -name tables -path '*sample_traces*' -type d -prune -exec rm -rf {} +

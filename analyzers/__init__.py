@@ -1,0 +1,1 @@
+"""Analyzers: pure functions from commprof tables to tables and findings."""

@@ -1,0 +1,253 @@
+"""Exposed versus overlapped communication (DESIGN §3 "Definitions"), per rank, step, collective, group.
+
+For one rank, every instant of a step window is exactly one of:
+
+* overlapped comm - some comm runs and some compute runs;
+* exposed comm    - some comm runs and no compute runs;
+* compute         - compute runs and no comm runs;
+* memory          - only memcpy/memset runs;
+* idle            - nothing runs.
+
+so the five parts add up to the window's duration. Compute on a CPU lane excludes the waits and
+collective calls nested in it (a thread blocked in ``c10d::send`` is not computing).
+
+Step windows come from the ``ProfilerStep#N`` marks: step k spans from its start to the next step's
+start; the first window reaches back to the earliest recorded activity and the last reaches forward
+to the latest, so every recorded interval belongs to exactly one step. With ``hta_compat`` the last
+step and everything that starts in it is dropped, and device times are rounded inward to whole µs,
+as Holistic Trace Analysis does, so the two tools can be compared on the same trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from commprof.analyzers import intervals as iv
+
+
+@dataclass(frozen=True)
+class OverlapSettings:
+    hta_compat: bool = False
+
+
+STEPS_SCHEMA = pl.Schema({
+    "rank": pl.Int32,
+    "step": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "compute_ns": pl.Int64,
+    "overlapped_comm_ns": pl.Int64,
+    "exposed_comm_ns": pl.Int64,
+    "memory_ns": pl.Int64,
+    "idle_ns": pl.Int64,
+})
+
+PG_STEPS_SCHEMA = pl.Schema({
+    "rank": pl.Int32,
+    "step": pl.Int64,
+    "pg": pl.String,
+    "comm_ns": pl.Float64,
+    "overlapped_ns": pl.Float64,
+    "exposed_ns": pl.Float64,
+})
+
+
+@dataclass
+class RankOverlap:
+    steps: pl.DataFrame
+    collectives: pl.DataFrame  # the rank's collectives with step, overlapped_ns, exposed_ns
+    pg_steps: pl.DataFrame
+    warnings: list[str] = field(default_factory=list)
+
+
+def _round_inward(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(
+        (((pl.col("start_ns") + 999) // 1000) * 1000).alias("start_ns"),
+        ((pl.col("end_ns") // 1000) * 1000).alias("end_ns"),
+    )
+
+
+def _windows(
+    marks: pl.DataFrame, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], settings: OverlapSettings,
+    warnings: list[str], rank: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int | None]:
+    """Step ids, window bounds (len n+1) and the cut-off for ``hta_compat`` (intervals starting later
+    are dropped)."""
+    marks = marks.sort("step")
+    step_ids = marks["step"].to_numpy().astype(np.int64)
+    mark_start = marks["start_ns"].to_numpy().astype(np.int64)
+    mark_end = marks["end_ns"].to_numpy().astype(np.int64)
+    cutoff: int | None = None
+    if step_ids.size == 0:
+        warnings.append(f"rank {rank}: no ProfilerStep# marks; the whole trace is analyzed as one step")
+        if starts.size == 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64), None
+        return np.array([0]), np.array([starts.min(), ends.max()], dtype=np.int64), None
+    nominal_end = int(mark_end[-1])
+    if settings.hta_compat:
+        if step_ids.size >= 2:
+            cutoff = int(mark_start[-1])
+            nominal_end = cutoff
+            step_ids, mark_start = step_ids[:-1], mark_start[:-1]
+        else:
+            warnings.append(f"rank {rank}: only one step; --hta-compat keeps it instead of dropping it")
+    eligible = starts < cutoff if cutoff is not None else np.ones(starts.shape, dtype=bool)
+    bounds = np.append(mark_start, nominal_end).astype(np.int64)
+    if eligible.any():
+        bounds[0] = min(bounds[0], int(starts[eligible].min()))
+        bounds[-1] = max(bounds[-1], int(ends[eligible].max()))
+    return step_ids, bounds, cutoff
+
+
+def analyze_rank(
+    rank: int, intervals: pl.DataFrame, collectives: pl.DataFrame, marks: pl.DataFrame,
+    settings: OverlapSettings,
+) -> RankOverlap:
+    warnings: list[str] = []
+    if settings.hta_compat:
+        intervals = _round_inward(intervals)
+        collectives = _round_inward(collectives)
+    starts = intervals["start_ns"].to_numpy().astype(np.int64)
+    ends = intervals["end_ns"].to_numpy().astype(np.int64)
+    step_ids, bounds, cutoff = _windows(marks, starts, ends, settings, warnings, rank)
+    if cutoff is not None:
+        keep = intervals["start_ns"] < cutoff
+        intervals, starts, ends = intervals.filter(keep), starts[keep.to_numpy()], ends[keep.to_numpy()]
+        collectives = collectives.filter(pl.col("start_ns") < cutoff)
+    kind = intervals["kind"].cast(pl.String).to_numpy()
+    compute = _effective_compute(intervals, kind, starts, ends)
+    comm = iv.union(collectives["start_ns"].to_numpy(), collectives["end_ns"].to_numpy())
+    memory = iv.union(starts[kind == "memory"], ends[kind == "memory"])
+    steps = _step_parts(rank, step_ids, bounds, compute, comm, memory)
+    shared, pg_steps = _collective_shares(rank, collectives, step_ids, bounds, compute)
+    return RankOverlap(steps, shared, pg_steps, warnings)
+
+
+def _effective_compute(
+    intervals: pl.DataFrame, kind: npt.NDArray[np.str_], starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+) -> iv.Union:
+    """Compute per lane minus the waits and comm calls on the same lane, then merged over lanes."""
+    if starts.size == 0:
+        return iv.EMPTY
+    _, lane_codes = np.unique(intervals["lane"].to_numpy(), return_inverse=True)
+    lane_codes = lane_codes.astype(np.int64)
+    t0 = int(starts.min())
+    span = int(ends.max()) - t0 + 1
+    rel_s, rel_e = starts - t0, ends - t0
+    is_compute = kind == "compute"
+    blocks = (kind == "wait") | (kind == "comm")
+    comp = iv.per_lane_union(lane_codes[is_compute], rel_s[is_compute], rel_e[is_compute], span)
+    if blocks.any():
+        blocked = iv.per_lane_union(lane_codes[blocks], rel_s[blocks], rel_e[blocks], span)
+        comp = iv.subtract(comp, blocked)
+    merged = iv.unshift(comp, span)
+    return merged[0] + t0, merged[1] + t0
+
+
+def _step_parts(
+    rank: int, step_ids: npt.NDArray[np.int64], bounds: npt.NDArray[np.int64], compute: iv.Union,
+    comm: iv.Union, memory: iv.Union,
+) -> pl.DataFrame:
+    n = step_ids.size
+    if n == 0:
+        return pl.DataFrame(schema=STEPS_SCHEMA)
+    pts = np.unique(np.concatenate([iv.boundaries(compute, comm, memory), bounds]))
+    left, seg = pts[:-1], np.diff(pts)
+    window = np.searchsorted(bounds, left, side="right") - 1
+    valid = (window >= 0) & (window < n)
+    in_c, in_m, in_mem = iv.contains(compute, left), iv.contains(comm, left), iv.contains(memory, left)
+
+    def total(mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        sel = valid & mask
+        return np.bincount(window[sel], weights=seg[sel], minlength=n).round().astype(np.int64)
+
+    overlapped = total(in_m & in_c)
+    exposed = total(in_m & ~in_c)
+    comp = total(in_c & ~in_m)
+    mem = total(in_mem & ~in_c & ~in_m)
+    duration = np.diff(bounds)
+    return pl.DataFrame(
+        {
+            "rank": np.full(n, rank, dtype=np.int32),
+            "step": step_ids,
+            "start_ns": bounds[:-1],
+            "end_ns": bounds[1:],
+            "compute_ns": comp,
+            "overlapped_comm_ns": overlapped,
+            "exposed_comm_ns": exposed,
+            "memory_ns": mem,
+            "idle_ns": duration - comp - overlapped - exposed - mem,
+        },
+        schema=STEPS_SCHEMA,
+    )
+
+
+def _collective_shares(
+    rank: int, collectives: pl.DataFrame, step_ids: npt.NDArray[np.int64], bounds: npt.NDArray[np.int64],
+    compute: iv.Union,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Each collective's share of overlapped and exposed time: an instant where k comm intervals run
+    counts 1/k for each, so per-group and per-dimension totals add up to the rank's totals. Collectives
+    are cut at step bounds first, so a collective spanning two steps counts in both."""
+    n = len(collectives)
+    cs = collectives["start_ns"].to_numpy().astype(np.int64)
+    ce = collectives["end_ns"].to_numpy().astype(np.int64)
+    nwin = step_ids.size
+    if n == 0 or nwin == 0:
+        out = collectives.with_columns(
+            pl.lit(None, pl.Int64).alias("step"),
+            pl.lit(0.0).alias("overlapped_ns"),
+            pl.lit(0.0).alias("exposed_ns"),
+        )
+        return out, pl.DataFrame(schema=PG_STEPS_SCHEMA)
+    lo, hi = bounds[0], bounds[-1]
+    s, e = np.clip(cs, lo, hi), np.clip(ce, lo, hi)
+    first = np.clip(np.searchsorted(bounds, s, side="right") - 1, 0, nwin - 1)
+    last = np.clip(np.searchsorted(bounds, e, side="left") - 1, 0, nwin - 1)
+    npieces = np.where(e > s, last - first + 1, 0)
+    owner = np.repeat(np.arange(n), npieces)
+    win = np.repeat(first, npieces) + (np.arange(owner.size) - np.repeat(np.cumsum(npieces) - npieces, npieces))
+    ps = np.maximum(s[owner], bounds[win])
+    pe = np.minimum(e[owner], bounds[win + 1])
+    compute = iv.clip(compute, int(lo), int(hi))
+    pts = np.unique(np.concatenate([ps, pe, compute[0], compute[1]]))
+    active = np.zeros(pts.size, dtype=np.int64)
+    np.add.at(active, np.searchsorted(pts, ps), 1)
+    np.add.at(active, np.searchsorted(pts, pe), -1)
+    running = np.cumsum(active)[:-1]
+    seg = np.diff(pts).astype(np.float64)
+    in_c = iv.contains(compute, pts[:-1])
+    share = np.divide(seg, running, out=np.zeros_like(seg), where=running > 0)
+    cum_ovl = np.concatenate([[0.0], np.cumsum(np.where(in_c, share, 0.0))])
+    cum_exp = np.concatenate([[0.0], np.cumsum(np.where(in_c, 0.0, share))])
+    i0, i1 = np.searchsorted(pts, ps), np.searchsorted(pts, pe)
+    piece_ovl, piece_exp = cum_ovl[i1] - cum_ovl[i0], cum_exp[i1] - cum_exp[i0]
+    start_step = np.where((cs >= lo) & (cs < hi), step_ids[first], -1)
+    out = collectives.with_columns(
+        pl.Series("step", start_step).replace(-1, None).cast(pl.Int64),
+        pl.Series("overlapped_ns", np.bincount(owner, weights=piece_ovl, minlength=n)),
+        pl.Series("exposed_ns", np.bincount(owner, weights=piece_exp, minlength=n)),
+    )
+    pieces = pl.DataFrame(
+        {
+            "step": step_ids[win],
+            "pg": collectives["pg"].fill_null("unknown").to_numpy()[owner] if owner.size else [],
+            "comm_ns": (pe - ps).astype(np.float64),
+            "overlapped_ns": piece_ovl,
+            "exposed_ns": piece_exp,
+        },
+        schema=pl.Schema({k: v for k, v in PG_STEPS_SCHEMA.items() if k != "rank"}),
+    )
+    pg_steps = (
+        pieces.group_by("step", "pg")
+        .agg(pl.col("comm_ns", "overlapped_ns", "exposed_ns").sum())
+        .with_columns(pl.lit(rank, pl.Int32).alias("rank"))
+        .select(list(PG_STEPS_SCHEMA))
+        .sort("step", "pg")
+    )
+    return out, pg_steps

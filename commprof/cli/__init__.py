@@ -1,0 +1,45 @@
+"""The ``commprof`` command line: one small module per command, loaded lazily so that
+``commprof --help`` and light commands do not pay for polars/plotly/dash imports."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+# command name -> "module:attribute"; each module holds one click command.
+COMMANDS: dict[str, str] = {
+    "analyze": "commprof.cli.analyze:analyze",
+    "ingest": "commprof.cli.ingest:ingest",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module_name), attr)
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from commprof.errors import CommprofError
+
+        try:
+            return super().invoke(ctx)
+        except CommprofError as err:
+            click.echo(f"commprof: error: {err}", err=True)
+            sys.exit(err.exit_code)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="commprof")
+def main() -> None:
+    """How much step time does communication cost, which parallel dimension and link is
+    responsible, and how much of it is hidden behind compute."""

@@ -1,0 +1,190 @@
+"""The Parquet cache under ``tables/``: one set of files per raw trace, keyed by the trace's size,
+mtime and the ingest version, so that a stale table is never used and a changed rank is re-parsed
+alone. Raw traces are parsed in parallel processes.
+
+Layout::
+
+    tables/_index.json                 {ingest_version, files: {relpath: {size, mtime_ns, stem}}}
+    tables/<table>/<stem>.parquet      intervals, collectives, step_marks, process_groups
+    tables/meta/<stem>.json            the trace's rank identity and warnings
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from commprof.errors import InputError
+from commprof.ingest.decode import decode_trace
+from commprof.ingest.discover import Source
+from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
+from commprof.ingest.schema import INGEST_VERSION
+
+TABLES = ("intervals", "collectives", "step_marks", "process_groups")
+INDEX = "_index.json"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: Path
+    rel: str
+    stem: str
+    size: int
+    mtime_ns: int
+
+
+def default_cache_dir(source: Source) -> Path:
+    """``tables/`` beside the raw files when that folder is writable, else a per-user cache."""
+    if source.kind != "file" and os.access(source.root, os.W_OK):
+        return source.root / "tables"
+    base = Path(os.environ.get("COMMPROF_CACHE_DIR") or Path.home() / ".cache" / "commprof")
+    digest = hashlib.sha1(str(source.path.resolve()).encode()).hexdigest()[:16]
+    return base / digest
+
+
+def _entries(source: Source) -> list[FileEntry]:
+    out = []
+    for path in source.traces:
+        st = path.stat()
+        rel = str(path.relative_to(source.root))
+        stem = hashlib.sha1(rel.encode()).hexdigest()[:12] + "-" + path.name.split(".")[0][:40]
+        out.append(FileEntry(path, rel, stem, st.st_size, st.st_mtime_ns))
+    return out
+
+
+def _atomic_write_bytes(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, target)
+
+
+def _write_frame(frame: pl.DataFrame, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
+    frame.write_parquet(tmp, compression="zstd", statistics=False)
+    os.replace(tmp, target)
+
+
+def parse_one(entry: FileEntry, cache: Path) -> dict[str, Any]:
+    """Parse one raw trace and write its tables (runs in a worker process)."""
+    rank_trace: RankTrace = extract(decode_trace(entry.path))
+    meta = {
+        "file": str(entry.path),
+        "rel": entry.rel,
+        "rank": rank_trace.rank,
+        "rank_source": "distributedInfo" if rank_trace.rank is not None else None,
+        "world_size": rank_trace.world_size,
+        "backend": rank_trace.backend,
+        "host": rank_trace.host,
+        "pid": rank_trace.pid,
+        "device": rank_trace.device,
+        "gpu_name": rank_trace.gpu_name,
+        "mode": rank_trace.mode,
+        "warnings": rank_trace.warnings,
+        "n_intervals": len(rank_trace.intervals),
+    }
+    if rank_trace.rank is None:
+        from_name = rank_from_file_name(entry.rel)
+        if from_name is not None:
+            meta["rank"], meta["rank_source"] = from_name, "file name"
+    if meta["rank"] is not None:
+        rank_trace.with_rank(int(str(meta["rank"])))
+    for table in TABLES:
+        _write_frame(getattr(rank_trace, table), cache / table / f"{entry.stem}.parquet")
+    _atomic_write_bytes(cache / "meta" / f"{entry.stem}.json", json.dumps(meta).encode())
+    return meta
+
+
+def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable[[], None]) -> list[dict[str, Any]]:
+    if len(todo) <= 1 or jobs <= 1:
+        results = []
+        for entry in todo:
+            results.append(parse_one(entry, cache))
+            on_done()
+        return results
+    # "spawn", not fork: the parent runs polars' thread pool, and a forked child can inherit a held lock
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
+        futures = [pool.submit(parse_one, entry, cache) for entry in todo]
+        results = []
+        for fut in futures:
+            results.append(fut.result())
+            on_done()
+        return results
+
+
+def _read_index(cache: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((cache / INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("ingest_version") != INGEST_VERSION:
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def _fresh(entry: FileEntry, known: dict[str, Any], cache: Path) -> bool:
+    rec = known.get(entry.rel)
+    if not rec or rec.get("size") != entry.size or rec.get("mtime_ns") != entry.mtime_ns:
+        return False
+    if rec.get("stem") != entry.stem or not (cache / "meta" / f"{entry.stem}.json").is_file():
+        return False
+    return all((cache / t / f"{entry.stem}.parquet").is_file() for t in TABLES)
+
+
+@dataclass
+class Ingested:
+    cache: Path
+    entries: list[FileEntry]
+    metas: list[dict[str, Any]]  # in entry order
+    parsed: int  # how many traces were (re)parsed rather than read from the cache
+
+
+def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
+           progress: Callable[[int, int], None] | None = None) -> Ingested:
+    cache = cache or default_cache_dir(source)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot create the table cache: {err.strerror}", cache) from None
+    entries = _entries(source)
+    known = _read_index(cache)
+    todo = [e for e in entries if not _fresh(e, known, cache)]
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress:
+            progress(done[0], len(todo))
+
+    fresh_metas = {m["rel"]: m for m in _parse_many(todo, cache, jobs or (os.cpu_count() or 1), tick)}
+    metas = []
+    for entry in entries:
+        if entry.rel in fresh_metas:
+            metas.append(fresh_metas[entry.rel])
+        else:
+            metas.append(json.loads((cache / "meta" / f"{entry.stem}.json").read_text()))
+    if todo or set(known) != {e.rel for e in entries}:
+        index = {
+            "ingest_version": INGEST_VERSION,
+            "files": {e.rel: {"size": e.size, "mtime_ns": e.mtime_ns, "stem": e.stem} for e in entries},
+        }
+        _atomic_write_bytes(cache / INDEX, json.dumps(index, indent=1).encode())
+    return Ingested(cache, entries, metas, len(todo))
+
+
+def read_table(ingested: Ingested, table: str, entry: FileEntry) -> pl.DataFrame:
+    return pl.read_parquet(ingested.cache / table / f"{entry.stem}.parquet")

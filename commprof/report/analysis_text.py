@@ -1,0 +1,133 @@
+"""Render the ``analyze`` report (the dict from analysis_json.build) for a terminal or as Markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def fmt_ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.2f}"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n}"
+
+
+def fmt_gbps(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def fmt_ranks(ranks: list[int] | None) -> str:
+    if not ranks:
+        return "?"
+    ranks = sorted(ranks)
+    step = ranks[1] - ranks[0] if len(ranks) > 1 else 1
+    if len(ranks) > 4 and all(b - a == step for a, b in zip(ranks, ranks[1:], strict=False)):
+        return f"{ranks[0]}..{ranks[-1]}" + (f" step {step}" if step != 1 else "")
+    return ",".join(map(str, ranks))
+
+
+def _op_mix(mix: dict[str, int]) -> str:
+    return " ".join(f"{op}×{n}" for op, n in mix.items()) or "-"
+
+
+RANK_COLUMNS = ["rank", "steps", "step ms", "compute", "overlapped", "exposed", "memory", "idle", "overlap"]
+PG_COLUMNS = ["pg", "desc", "ranks", "dim", "tier", "ops", "bytes/step", "comm ms/step", "exposed ms/step",
+              "busbw GB/s"]
+TOP_COLUMNS = ["pg", "op", "bytes", "calls", "comm ms", "exposed ms", "busbw GB/s"]
+
+
+def rank_rows(report: dict[str, Any]) -> list[list[str]]:
+    return [
+        [str(r["rank"]), str(r["steps"]), fmt_ms(r["step_ns"]), fmt_ms(r["compute_ns"]),
+         fmt_ms(r["overlapped_comm_ns"]), fmt_ms(r["exposed_comm_ns"]), fmt_ms(r["memory_ns"]),
+         fmt_ms(r["idle_ns"]), fmt_pct(r["overlap_pct"])]
+        for r in report["ranks"]
+    ]
+
+
+def pg_rows(report: dict[str, Any]) -> list[list[str]]:
+    return [
+        [str(g["pg"]), g["desc"] or "-", fmt_ranks(g["ranks"]), g["dimension"], g["tier"], _op_mix(g["op_mix"]),
+         fmt_bytes(g["bytes_per_step"]), fmt_ms(g["comm_ns_per_step"]), fmt_ms(g["exposed_ns_per_step"]),
+         fmt_gbps(g["busbw_gbps"])]
+        for g in report["process_groups"]
+    ]
+
+
+def top_rows(report: dict[str, Any]) -> list[list[str]]:
+    return [
+        [str(c["pg"]), c["op"], fmt_bytes(c["bytes"]), str(c["count"]), fmt_ms(c["comm_ns"]),
+         fmt_ms(c["exposed_ns"]), fmt_gbps(c["busbw_gbps"])]
+        for c in report["top_collectives"]
+    ]
+
+
+def headline(report: dict[str, Any]) -> str:
+    run, totals = report["run"], report["totals"]
+    if not totals:
+        return f"{run['path']}: no steps to analyze"
+    return (
+        f"{run['path']}: {run['ranks_analyzed']} rank(s)"
+        + (f" of {run['world_size']}" if run["world_size"] else "")
+        + f"; mean step {fmt_ms(totals['step_ns'])} ms, exposed comm {fmt_ms(totals['exposed_comm_ns'])} ms "
+        f"({fmt_pct(totals['exposed_comm_pct_of_step'])} of the step), "
+        f"{fmt_pct(totals['overlap_pct'])} of comm hidden behind compute"
+        + (" [HTA-compatible rules]" if run["hta_compat"] else "")
+    )
+
+
+def render_text(report: dict[str, Any], console: Console) -> None:
+    console.print(headline(report), style="bold", highlight=False)
+    sections = [
+        ("Step time per rank (mean ms per step)", RANK_COLUMNS, rank_rows(report)),
+        ("Process groups", PG_COLUMNS, pg_rows(report)),
+        ("Top collectives by exposed time (all ranks)", TOP_COLUMNS, top_rows(report)),
+    ]
+    for title, columns, rows in sections:
+        if not rows:
+            continue
+        table = Table(title=title, title_justify="left", header_style="bold")
+        for i, col in enumerate(columns):
+            table.add_column(col, justify="left" if i < 2 or col in {"desc", "ops", "dim", "tier", "op"} else "right")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    for warning in report["warnings"]:
+        console.print(f"warning: {warning}", style="yellow", highlight=False, soft_wrap=True)
+
+
+def _md_table(columns: list[str], rows: list[list[str]]) -> str:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    out = ["# commprof analysis", "", headline(report), ""]
+    for title, columns, rows in [
+        ("Step time per rank (mean ms per step)", RANK_COLUMNS, rank_rows(report)),
+        ("Process groups", PG_COLUMNS, pg_rows(report)),
+        ("Top collectives by exposed time", TOP_COLUMNS, top_rows(report)),
+    ]:
+        if rows:
+            out += [f"## {title}", "", _md_table(columns, rows), ""]
+    if report["warnings"]:
+        out += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
+    return "\n".join(out)

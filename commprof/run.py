@@ -1,0 +1,195 @@
+"""A run opened for analysis: its traces ingested (or read from the cache) and its tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from commprof.errors import InputError
+from commprof.ingest import store
+from commprof.ingest.discover import Source, discover
+from commprof.ingest.schema import PROCESS_GROUPS, RANKS
+
+if TYPE_CHECKING:
+    from commprof.analyzers.report import Analysis, AnalysisSettings
+
+
+@dataclass
+class RankFile:
+    """One rank's trace and where its cached tables are."""
+
+    rank: int
+    entry: store.FileEntry
+    meta: dict[str, Any]
+
+
+@dataclass
+class Run:
+    source: Source
+    ingested: store.Ingested
+    rank_files: list[RankFile]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return self.source.path
+
+    @property
+    def manifest(self) -> dict[str, Any] | None:
+        return self.source.manifest
+
+    @property
+    def world_size(self) -> int | None:
+        sizes = {int(m.meta["world_size"]) for m in self.rank_files if m.meta.get("world_size") is not None}
+        return sizes.pop() if sizes else None
+
+    def rank_tables(self, table: str) -> Iterator[tuple[RankFile, pl.DataFrame]]:
+        """One rank at a time, so analyses of huge runs hold one rank in memory."""
+        for rf in self.rank_files:
+            frame = store.read_table(self.ingested, table, rf.entry)
+            if frame.height and "rank" in frame.columns and frame["rank"][0] != rf.rank:
+                frame = frame.with_columns(pl.lit(rf.rank, pl.Int32).alias("rank"))
+            yield rf, frame
+
+    def table(self, name: str) -> pl.DataFrame:
+        """A whole table over all ranks: ``intervals``, ``collectives``, ``step_marks``,
+        ``process_groups`` or ``ranks``."""
+        if name == "ranks":
+            return self.ranks
+        if name == "process_groups":
+            return self.process_groups
+        if name not in store.TABLES:
+            raise KeyError(f"unknown table {name!r}; known: ranks, {', '.join(store.TABLES)}")
+        frames = [frame for _, frame in self.rank_tables(name)]
+        return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+
+    @property
+    def intervals(self) -> pl.DataFrame:
+        return self.table("intervals")
+
+    @property
+    def collectives(self) -> pl.DataFrame:
+        return self.table("collectives")
+
+    @property
+    def step_marks(self) -> pl.DataFrame:
+        return self.table("step_marks")
+
+    @cached_property
+    def ranks(self) -> pl.DataFrame:
+        manifest_ranks = {}
+        for info in (self.manifest or {}).get("ranks", []) or []:
+            if isinstance(info, dict) and isinstance(info.get("rank"), int):
+                manifest_ranks[info["rank"]] = info
+        rows = []
+        for rf in self.rank_files:
+            info = manifest_ranks.get(rf.rank, {})
+            rows.append({
+                "rank": rf.rank,
+                "host": info.get("host") or rf.meta.get("host"),
+                "node": None,
+                "local_rank": info.get("local_rank"),
+                "pid": info.get("pid") or rf.meta.get("pid"),
+                "device": str(info.get("device") or rf.meta.get("device") or ""),
+                "gpu_name": rf.meta.get("gpu_name"),
+                "world_size": rf.meta.get("world_size"),
+                "backend": rf.meta.get("backend"),
+                "mode": rf.meta.get("mode"),
+                "file": rf.entry.rel,
+                "rank_source": rf.meta.get("rank_source"),
+            })
+        frame = pl.DataFrame(rows, schema=RANKS)
+        hosts = frame["host"].fill_null("?").unique(maintain_order=True).to_list()
+        return frame.with_columns(
+            pl.col("host").fill_null("?").replace_strict(hosts, list(range(len(hosts))), return_dtype=pl.Int32)
+            .alias("node")
+        ).sort("rank")
+
+    @cached_property
+    def process_groups(self) -> pl.DataFrame:
+        """Groups seen by any rank, merged by name (each rank lists only the groups it is in)."""
+        frames = [frame for _, frame in self.rank_tables("process_groups")]
+        if not frames:
+            return pl.DataFrame(schema=PROCESS_GROUPS)
+        merged = (
+            pl.concat(frames, how="vertical_relaxed")
+            .with_columns(pl.col("ranks").list.len().alias("_n"))
+            .sort("_n", descending=True)
+            .group_by("pg", maintain_order=True)
+            .agg(
+                pl.col("desc").drop_nulls().first(),
+                pl.col("ranks").first(),
+                pl.col("size").max(),
+                pl.col("backend").drop_nulls().first(),
+            )
+        )
+        return merged.select(list(PROCESS_GROUPS)).sort(
+            pl.col("pg").str.to_integer(strict=False), "pg", nulls_last=True
+        )
+
+    def analyze(self, settings: AnalysisSettings | None = None) -> Analysis:
+        from commprof.analyzers.report import AnalysisSettings, analyze
+
+        return analyze(self, settings or AnalysisSettings())
+
+
+def _assign_ranks(ingested: store.Ingested) -> tuple[list[RankFile], list[str]]:
+    warnings: list[str] = []
+    for meta in ingested.metas:
+        warnings.extend(meta.get("warnings") or [])
+    sizes: dict[int, list[str]] = {}
+    for entry, meta in zip(ingested.entries, ingested.metas, strict=True):
+        if meta.get("world_size") is not None:
+            sizes.setdefault(int(meta["world_size"]), []).append(entry.rel)
+    if len(sizes) > 1:
+        detail = "; ".join(f"world size {ws}: {', '.join(files[:3])}" for ws, files in sorted(sizes.items()))
+        raise InputError(f"traces come from runs of different world sizes ({detail})", ingested.entries[0].path.parent)
+    taken: dict[int, str] = {}
+    pending: list[tuple[store.FileEntry, dict[str, Any]]] = []
+    out: list[RankFile] = []
+    for entry, meta in zip(ingested.entries, ingested.metas, strict=True):
+        rank = meta.get("rank")
+        if rank is None:
+            pending.append((entry, meta))
+            continue
+        if rank in taken:
+            raise InputError(
+                f"two traces claim rank {rank}: {taken[rank]} and {entry.rel} (profiled twice? keep one)",
+                entry.path,
+            )
+        if meta.get("rank_source") == "file name":
+            warnings.append(f"{entry.rel}: no distributedInfo in the trace; rank {rank} taken from the file name")
+        taken[rank] = entry.rel
+        out.append(RankFile(int(rank), entry, meta))
+    next_free = 0
+    for entry, meta in pending:
+        while next_free in taken:
+            next_free += 1
+        taken[next_free] = entry.rel
+        meta["rank_source"] = "file order"
+        warnings.append(f"{entry.rel}: no distributedInfo and no rank in the file name; assumed rank {next_free}")
+        out.append(RankFile(next_free, entry, meta))
+    out.sort(key=lambda rf: rf.rank)
+    world = next(iter(sizes), None)
+    if world is not None and len(out) < world:
+        warnings.append(f"traces for {len(out)} of {world} ranks; the others are not analyzed")
+    return out, warnings
+
+
+def open_run(
+    path: str | Path, *, cache_dir: str | Path | None = None, jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Run:
+    """Open a commprof run directory, a folder of Kineto traces or one trace file.
+
+    Traces are parsed once (in parallel) and cached as Parquet; later opens read the cache.
+    """
+    source = discover(path)
+    ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress)
+    rank_files, warnings = _assign_ranks(ingested)
+    return Run(source, ingested, rank_files, warnings)

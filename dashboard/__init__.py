@@ -1,0 +1,1 @@
+"""Dash app for commprof runs (see the dashboard issue)."""

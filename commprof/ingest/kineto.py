@@ -13,8 +13,9 @@ import numpy as np
 import polars as pl
 
 from commprof.ingest import names
-from commprof.ingest.decode import Args, DecodedTrace, Event, Trace
+from commprof.ingest.decode import NULL, Args, Event
 from commprof.ingest.schema import COLLECTIVES, INTERVALS, PROCESS_GROUPS, STEP_MARKS
+from commprof.ingest.stream import stream_events
 
 _RANK_IN_FILE_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
@@ -93,91 +94,120 @@ class _Columns:
         return pl.DataFrame(self.cols, schema=self.schema)
 
 
+def _strip_raw(args: Args) -> Args:
+    """Args kept past their piece must not hold Raw views into the piece's text buffer."""
+    if args.input_dims is NULL and args.input_type is NULL:
+        return args
+    return msgspec.structs.replace(args, input_dims=NULL, input_type=NULL)
+
+
+def _own_raw(args: Args) -> Args:
+    """A copy of args whose Raw fields own their bytes (kept for Gloo ops' shapes)."""
+    return msgspec.structs.replace(args, input_dims=args.input_dims.copy(), input_type=args.input_type.copy())
+
+
+_SKIP, _DEVICE, _MEMORY, _CPU = 0, 1, 2, 3
+
+
+def _category(cat: str) -> int:
+    low = cat.lower()
+    if low in names.MEMORY_CATEGORIES:
+        return _MEMORY
+    if low in names.DEVICE_CATEGORIES:
+        return _DEVICE
+    return _CPU if low in names.CPU_CATEGORIES else _SKIP
+
+
 @dataclass
 class _Pass:
-    """Everything collected in the single pass over events."""
+    """Everything kept from the events, one piece of the trace at a time. Rows are tuples (one
+    append per event) turned into columns at the end."""
 
-    dev_ts: list[float] = field(default_factory=list)
-    dev_dur: list[float] = field(default_factory=list)
-    dev_name: list[str] = field(default_factory=list)
-    dev_lane: list[str] = field(default_factory=list)
-    dev_kind: list[str] = field(default_factory=list)
-    dev_corr: list[int | None] = field(default_factory=list)
-    dev_args: list[Args | None] = field(default_factory=list)
-    cpu: list[Event] = field(default_factory=list)
+    dev_rows: list[tuple[Any, Any, str, str, str, Any]] = field(default_factory=list)  # ts dur name lane kind corr
+    dev_comm_args: dict[int, Args] = field(default_factory=dict)  # device row -> args of comm kernels
+    cpu_rows: list[tuple[Any, Any, str, str, Any, Any]] = field(default_factory=list)  # pid tid name cat ts dur
+    cpu_comm_args: dict[int, Args] = field(default_factory=dict)  # cpu row -> args of comm ops
+    step_rows: list[int] = field(default_factory=list)  # cpu rows of ProfilerStep#N marks
     comm_args_by_external_id: dict[int, Args] = field(default_factory=dict)
     thread_names: dict[Any, str] = field(default_factory=dict)
     gpu_pids: set[Any] = field(default_factory=set)
     devices: set[str] = field(default_factory=set)
+    lanes: dict[tuple[Any, Any], str] = field(default_factory=dict)
+    categories: dict[str, int] = field(default_factory=dict)
     bad_events: int = 0
 
-
-def _scan(events: list[Event]) -> _Pass:
-    p = _Pass()
-    device_cats = names.DEVICE_CATEGORIES
-    memory_cats = names.MEMORY_CATEGORIES
-    cpu_cats = names.CPU_CATEGORIES
-    is_comm_kernel = names.is_comm_kernel
-    for ev in events:
-        ph = ev.ph
-        if ph != "X":
-            if ph == "M" and ev.args is not None:
-                if ev.name == "thread_name" and isinstance(ev.args.name, str):
-                    p.thread_names[(ev.pid, ev.tid)] = ev.args.name
-                elif ev.name == "process_labels" and (ev.args.labels or "").startswith("GPU"):
-                    p.gpu_pids.add(ev.pid)
-            continue
-        cat = ev.cat.lower()
-        if cat in device_cats:
-            args = ev.args
-            if ev.ts is None or ev.dur is None or args is None or args.stream is None:
-                p.bad_events += 1
+    def add(self, events: list[Event]) -> None:
+        categories, category = self.categories, _category
+        dev_rows, cpu_rows = self.dev_rows, self.cpu_rows
+        comm_kernel, comm_op = names.COMM_KERNEL_PREFIXES, names.COMM_OP_PREFIXES
+        for ev in events:
+            if ev.ph != "X":
+                if ev.ph == "M" and ev.args is not None:
+                    self._metadata(ev, ev.args)
                 continue
-            name = str(ev.name)
-            device = args.device if args.device is not None else ev.pid
-            dev = str(_int(device) if _int(device) is not None else device)
-            p.devices.add(dev)
-            p.dev_ts.append(float(ev.ts))
-            p.dev_dur.append(float(ev.dur))
-            p.dev_name.append(name)
-            p.dev_lane.append(f"gpu {dev} stream {_int(args.stream)}")
-            if cat in memory_cats or "Memcpy" in name or "Memset" in name:
-                p.dev_kind.append("memory")
-            elif is_comm_kernel(name):
-                p.dev_kind.append("comm")
-            else:
-                p.dev_kind.append("compute")
-            p.dev_corr.append(_int(args.correlation))
-            p.dev_args.append(args)
-        elif cat in cpu_cats:
-            p.cpu.append(ev)
-            if ev.name == "record_param_comms" and ev.args is not None:
-                ext = _int(ev.args.external_id)
-                if ext is not None:
-                    p.comm_args_by_external_id[ext] = ev.args
-    return p
+            kind = categories.get(ev.cat)
+            if kind is None:
+                kind = categories[ev.cat] = category(ev.cat)
+            if kind == _CPU:
+                name = ev.name if type(ev.name) is str else str(ev.name)
+                if name.startswith(comm_op) and ev.args is not None:
+                    self.cpu_comm_args[len(cpu_rows)] = _own_raw(ev.args)
+                elif name == "record_param_comms" and ev.args is not None:
+                    ext = _int(ev.args.external_id)
+                    if ext is not None:
+                        self.comm_args_by_external_id[ext] = _strip_raw(ev.args)
+                elif name.startswith("ProfilerStep#"):
+                    self.step_rows.append(len(cpu_rows))
+                cpu_rows.append((ev.pid, ev.tid, name, ev.cat, ev.ts, ev.dur))
+            elif kind != _SKIP:
+                args = ev.args
+                if ev.ts is None or ev.dur is None or args is None or args.stream is None:
+                    self.bad_events += 1
+                    continue
+                name = ev.name if type(ev.name) is str else str(ev.name)
+                key = (args.device if args.device is not None else ev.pid, args.stream)
+                lane = self.lanes.get(key) or self._lane(key)
+                if kind == _MEMORY or "Memcpy" in name or "Memset" in name:
+                    dev_rows.append((ev.ts, ev.dur, name, lane, "memory", args.correlation))
+                elif name.startswith(comm_kernel):
+                    self.dev_comm_args[len(dev_rows)] = _strip_raw(args)
+                    dev_rows.append((ev.ts, ev.dur, name, lane, "comm", args.correlation))
+                else:
+                    dev_rows.append((ev.ts, ev.dur, name, lane, "compute", args.correlation))
+
+    def _lane(self, key: tuple[Any, Any]) -> str:
+        dev = str(_int(key[0]) if _int(key[0]) is not None else key[0])
+        self.devices.add(dev)
+        lane = self.lanes[key] = f"gpu {dev} stream {_int(key[1])}"
+        return lane
+
+    def _metadata(self, ev: Event, args: Args) -> None:
+        if ev.name == "thread_name" and isinstance(args.name, str):
+            self.thread_names[(ev.pid, ev.tid)] = args.name
+        elif ev.name == "process_labels" and (args.labels or "").startswith("GPU"):
+            self.gpu_pids.add(ev.pid)
 
 
-def _to_ns(ts: list[float], dur: list[float], base_ns: int) -> tuple[np.ndarray, np.ndarray]:
+def _to_ns(ts: list[Any], dur: list[Any], base_ns: int) -> tuple[np.ndarray, np.ndarray]:
     start_us = np.asarray(ts, dtype=np.float64)
     start = np.rint(start_us * 1000.0).astype(np.int64) + base_ns
     end = start + np.rint(np.asarray(dur, dtype=np.float64) * 1000.0).astype(np.int64)
     return start, end
 
 
-def extract(decoded: DecodedTrace) -> RankTrace:
-    trace: Trace = decoded.trace
-    events = trace.traceEvents or []
+def extract(path: Path) -> RankTrace:
+    """Stream one trace file into the rows it contributes to the run's tables."""
+    scan = _Pass()
+    streamed = stream_events(path, scan.add)
+    trace = streamed.header
     base_ns = int(trace.baseTimeNanoseconds or 0)
-    scan = _scan(events)
-    warnings = list(decoded.warnings)
+    warnings = list(streamed.warnings)
     if scan.bad_events:
-        warnings.append(f"{decoded.path}: skipped {scan.bad_events} device events without ts/dur/stream")
+        warnings.append(f"{path}: skipped {scan.bad_events} device events without ts/dur/stream")
     dist = trace.distributedInfo
-    mode = "gpu" if scan.dev_ts else "cpu"
-
-    cpu_pid = _main_pid(scan.cpu, scan.gpu_pids)
-    step_marks = _step_marks(scan.cpu, base_ns, cpu_pid)
+    mode = "gpu" if scan.dev_rows else "cpu"
+    cpu_pid = _main_pid(scan)
+    step_marks = _step_marks(scan, base_ns, cpu_pid)
     if mode == "gpu":
         intervals, collectives = _gpu_tables(scan, base_ns)
     else:
@@ -186,7 +216,7 @@ def extract(decoded: DecodedTrace) -> RankTrace:
     if trace.deviceProperties:
         gpu_name = next((d.name for d in trace.deviceProperties if d.name), None)
     return RankTrace(
-        file=str(decoded.path),
+        file=str(path),
         rank=_int(dist.rank) if dist else None,
         world_size=_int(dist.world_size) if dist else None,
         backend=dist.backend if dist else None,
@@ -203,24 +233,20 @@ def extract(decoded: DecodedTrace) -> RankTrace:
     )
 
 
-def _main_pid(cpu: list[Event], gpu_pids: set[Any]) -> Any:
-    for ev in cpu:
-        if isinstance(ev.name, str) and ev.name.startswith("ProfilerStep#"):
-            return ev.pid
-    for ev in cpu:
-        if ev.pid not in gpu_pids:
-            return ev.pid
-    return None
+def _main_pid(scan: _Pass) -> Any:
+    """The training process: the one with ProfilerStep marks, else the first non-GPU one."""
+    if scan.step_rows:
+        return scan.cpu_rows[scan.step_rows[0]][0]
+    return next((row[0] for row in scan.cpu_rows if row[0] not in scan.gpu_pids), None)
 
 
-def _step_marks(cpu: list[Event], base_ns: int, pid: Any) -> pl.DataFrame:
+def _step_marks(scan: _Pass, base_ns: int, pid: Any) -> pl.DataFrame:
     seen: dict[int, tuple[float, float]] = {}
-    for ev in cpu:
-        name = ev.name
-        if not (isinstance(name, str) and name.startswith("ProfilerStep#")) or ev.pid != pid:
+    for row_pid, _, name, _, row_ts, row_dur in (scan.cpu_rows[i] for i in scan.step_rows):
+        if row_pid != pid:
             continue
         match = names.PROFILER_STEP.match(name)
-        ts, dur = _num(ev.ts), _num(ev.dur)
+        ts, dur = _num(row_ts), _num(row_dur)
         if match and ts is not None and dur is not None:
             seen.setdefault(int(match.group(1)), (ts, dur))
     steps = sorted(seen)
@@ -233,12 +259,17 @@ def _step_marks(cpu: list[Event], base_ns: int, pid: Any) -> pl.DataFrame:
 def _comm_fields(args: Args | None, fallback: Args | None) -> dict[str, Any]:
     """pg, op, bytes, dtype, group size, peer and seq from record_param_comms-style args."""
 
+    sources = [a for a in (args, fallback) if a is not None]
+
     def pick(attr: str) -> Any:
-        for source in (args, fallback):
-            value = getattr(source, attr, None) if source is not None else None
+        for source in sources:
+            value = getattr(source, attr)
             if value is not None:
                 return value
         return None
+
+    if not sources or all(a.collective_name is None and a.in_nelems is None and a.pg_name is None for a in sources):
+        return dict.fromkeys(("op", "pg", "bytes", "dtype", "group_size", "peer", "seq", "is_async"))
 
     dtype = pick("dtype")
     size = names.dtype_size(dtype)
@@ -262,30 +293,27 @@ def _comm_fields(args: Args | None, fallback: Args | None) -> dict[str, Any]:
 
 
 def _gpu_tables(scan: _Pass, base_ns: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    start, end = _to_ns(scan.dev_ts, scan.dev_dur, base_ns)
+    ts, dur, dev_name, dev_lane, kind, corr = (list(c) for c in zip(*scan.dev_rows, strict=True))
+    start, end = _to_ns(ts, dur, base_ns)
     intervals = pl.DataFrame(
         {
             "rank": np.zeros(len(start), dtype=np.int32),
-            "lane": scan.dev_lane,
-            "name": scan.dev_name,
-            "kind": scan.dev_kind,
+            "lane": dev_lane,
+            "name": dev_name,
+            "kind": kind,
             "start_ns": start,
             "end_ns": end,
-            "correlation": scan.dev_corr,
+            "correlation": [c if type(c) is int else _int(c) for c in corr],
         },
         schema=INTERVALS,
     )
     cols = _Columns(COLLECTIVES)
-    for i, kind in enumerate(scan.dev_kind):
-        if kind != "comm":
-            continue
-        args = scan.dev_args[i]
-        ext = _int(args.external_id) if args is not None else None
+    for i, args in scan.dev_comm_args.items():
+        ext = _int(args.external_id)
         fields = _comm_fields(args, scan.comm_args_by_external_id.get(ext) if ext is not None else None)
-        name = scan.dev_name[i]
-        kernel_op = names.normalize_op(name)
-        op = names.normalize_op(fields["op"]) if fields["op"] else kernel_op
-        _append_collective(cols, fields, op, name, int(start[i]), int(end[i]), scan.dev_lane[i])
+        name = dev_name[i]
+        op = names.normalize_op(fields["op"]) if fields["op"] else names.normalize_op(name)
+        _append_collective(cols, fields, op, name, int(start[i]), int(end[i]), dev_lane[i])
     return intervals, cols.frame()
 
 
@@ -297,56 +325,67 @@ def _append_collective(
         values.append(row.get(key))
 
 
-def _thread_lane(ev: Event, thread_names: dict[Any, str]) -> str:
-    label = thread_names.get((ev.pid, ev.tid))
+def _thread_lane(pid: Any, tid: Any, thread_names: dict[Any, str]) -> str:
+    label = thread_names.get((pid, tid))
     if label and label.startswith("thread "):
         return label
-    return f"thread {ev.tid}" + (f" ({label})" if label else "")
+    return f"thread {tid}" + (f" ({label})" if label else "")
 
 
 def _cpu_tables(scan: _Pass, base_ns: int, pid: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
     """CPU (Gloo) runs: comm = ``gloo:*`` ops; compute = the training threads' other ops."""
-    events = [ev for ev in scan.cpu if ev.pid == pid and ev.ts is not None and ev.dur is not None]
-    comm_threads = {ev.tid for ev in events if isinstance(ev.name, str) and names.is_comm_op(ev.name)}
-    step_threads = {
-        ev.tid for ev in events if isinstance(ev.name, str) and ev.name.startswith("ProfilerStep#")
-    }
+    rows = [
+        i for i, r in enumerate(scan.cpu_rows)
+        if r[0] == pid and _num(r[4]) is not None and _num(r[5]) is not None
+    ]
+    cpu = scan.cpu_rows
+    comm_rows = {i for i in rows if cpu[i][2].startswith(names.COMM_OP_PREFIXES)}
+    comm_threads = {cpu[i][1] for i in comm_rows}
+    step_threads = {cpu[i][1] for i in rows if cpu[i][2].startswith("ProfilerStep#")}
     worker_threads = comm_threads - step_threads
     kinds: list[str] = []
-    for ev in events:
-        name = str(ev.name)
-        if names.is_comm_op(name):
+    for i in rows:
+        _, tid, name, cat, _, _ = cpu[i]
+        if i in comm_rows:
             kinds.append("comm")
-        elif ev.tid in worker_threads or ev.cat.lower() == "user_annotation":
+        elif tid in worker_threads or cat.lower() == "user_annotation":
             kinds.append("annotation")
         elif names.is_wait_op(name):
             kinds.append("wait")
         else:
             kinds.append("compute")
-    start, end = _to_ns([_num(e.ts) or 0.0 for e in events], [_num(e.dur) or 0.0 for e in events], base_ns)
-    lanes = [_thread_lane(ev, scan.thread_names) for ev in events]
+    start, end = _to_ns([_num(cpu[i][4]) for i in rows], [_num(cpu[i][5]) for i in rows], base_ns)
+    lane_names: dict[tuple[Any, Any], str] = {}
+    lanes = []
+    for i in rows:
+        key = (cpu[i][0], cpu[i][1])
+        if key not in lane_names:
+            lane_names[key] = _thread_lane(key[0], key[1], scan.thread_names)
+        lanes.append(lane_names[key])
     intervals = pl.DataFrame(
         {
-            "rank": np.zeros(len(events), dtype=np.int32),
+            "rank": np.zeros(len(rows), dtype=np.int32),
             "lane": lanes,
-            "name": [str(e.name) for e in events],
+            "name": [cpu[i][2] for i in rows],
             "kind": kinds,
             "start_ns": start,
             "end_ns": end,
-            "correlation": [None] * len(events),
+            "correlation": [None] * len(rows),
         },
         schema=INTERVALS,
     )
     cols = _Columns(COLLECTIVES)
-    for i, ev in enumerate(events):
-        if kinds[i] != "comm":
+    for j, i in enumerate(rows):
+        if i not in comm_rows:
             continue
-        fields = _comm_fields(ev.args, None)
-        if fields["bytes"] is None and ev.args is not None:
-            fields["dtype"], fields["bytes"] = _bytes_from_inputs(ev.args)
-        op = names.normalize_op(fields["op"] or str(ev.name))
-        fields["is_async"] = ev.tid in worker_threads
-        _append_collective(cols, fields, op, str(ev.name), int(start[i]), int(end[i]), lanes[i])
+        args = scan.cpu_comm_args.get(i)
+        fields = _comm_fields(args, None)
+        if fields["bytes"] is None and args is not None:
+            fields["dtype"], fields["bytes"] = _bytes_from_inputs(args)
+        name = cpu[i][2]
+        op = names.normalize_op(fields["op"] or name)
+        fields["is_async"] = cpu[i][1] in worker_threads
+        _append_collective(cols, fields, op, name, int(start[j]), int(end[j]), lanes[j])
     return intervals, cols.frame()
 
 
@@ -386,7 +425,7 @@ def _process_groups(dist: Any, scan: _Pass) -> pl.DataFrame:
             "size": _int(cfg.pg_size) or len(ranks) or None,
             "backend": cfg.backend_config or (dist.backend if dist else None),
         }
-    arg_sources = [*scan.comm_args_by_external_id.values(), *(a for a in scan.dev_args if a is not None)]
+    arg_sources = [*scan.comm_args_by_external_id.values(), *scan.dev_comm_args.values()]
     for args in arg_sources:
         if args.pg_name is None or str(args.pg_name) in rows:
             continue

@@ -25,7 +25,6 @@ from typing import Any
 import polars as pl
 
 from commprof.errors import InputError
-from commprof.ingest.decode import decode_trace
 from commprof.ingest.discover import Source
 from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
 from commprof.ingest.schema import INGEST_VERSION
@@ -79,7 +78,7 @@ def _write_frame(frame: pl.DataFrame, target: Path) -> None:
 
 def parse_one(entry: FileEntry, cache: Path) -> dict[str, Any]:
     """Parse one raw trace and write its tables (runs in a worker process)."""
-    rank_trace: RankTrace = extract(decode_trace(entry.path))
+    rank_trace: RankTrace = extract(entry.path)
     meta = {
         "file": str(entry.path),
         "rel": entry.rel,

@@ -42,11 +42,19 @@ def contains(u: Union, points: Array) -> npt.NDArray[np.bool_]:
     return (idx >= 0) & (ue[safe] > points)
 
 
+def sorted_unique(values: Array) -> Array:
+    """np.unique for int64, by sort (numpy 2's hash-based unique is slower on these sizes)."""
+    out = np.sort(values, kind="stable")
+    if out.size:
+        out = out[np.concatenate(([True], out[1:] != out[:-1]))]
+    return out
+
+
 def boundaries(*unions: Union) -> Array:
     parts = [np.concatenate(u) for u in unions if u[0].size]
     if not parts:
         return np.empty(0, dtype=np.int64)
-    return np.unique(np.concatenate(parts))
+    return sorted_unique(np.concatenate(parts))
 
 
 def combine(points: Array, mask: npt.NDArray[np.bool_]) -> Union:

@@ -134,8 +134,7 @@ def _effective_compute(
     """Compute per lane minus the waits and comm calls on the same lane, then merged over lanes."""
     if starts.size == 0:
         return iv.EMPTY
-    _, lane_codes = np.unique(intervals["lane"].to_numpy(), return_inverse=True)
-    lane_codes = lane_codes.astype(np.int64)
+    lane_codes = intervals.select(pl.col("lane").rank("dense")).to_series().to_numpy().astype(np.int64)
     t0 = int(starts.min())
     span = int(ends.max()) - t0 + 1
     rel_s, rel_e = starts - t0, ends - t0
@@ -156,7 +155,7 @@ def _step_parts(
     n = step_ids.size
     if n == 0:
         return pl.DataFrame(schema=STEPS_SCHEMA)
-    pts = np.unique(np.concatenate([iv.boundaries(compute, comm, memory), bounds]))
+    pts = iv.sorted_unique(np.concatenate([iv.boundaries(compute, comm, memory), bounds]))
     left, seg = pts[:-1], np.diff(pts)
     window = np.searchsorted(bounds, left, side="right") - 1
     valid = (window >= 0) & (window < n)
@@ -215,7 +214,7 @@ def _collective_shares(
     ps = np.maximum(s[owner], bounds[win])
     pe = np.minimum(e[owner], bounds[win + 1])
     compute = iv.clip(compute, int(lo), int(hi))
-    pts = np.unique(np.concatenate([ps, pe, compute[0], compute[1]]))
+    pts = iv.sorted_unique(np.concatenate([ps, pe, compute[0], compute[1]]))
     active = np.zeros(pts.size, dtype=np.int64)
     np.add.at(active, np.searchsorted(pts, ps), 1)
     np.add.at(active, np.searchsorted(pts, pe), -1)

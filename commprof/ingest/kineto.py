@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from commprof.ingest import names
-from commprof.ingest.decode import NULL, Args, Event
+from commprof.ingest.decode import NULL, Args, Event, decode_args
 from commprof.ingest.schema import COLLECTIVES, INTERVALS, PROCESS_GROUPS, STEP_MARKS
 from commprof.ingest.stream import stream_events
 
@@ -142,25 +142,28 @@ class _Pass:
         comm_kernel, comm_op = names.COMM_KERNEL_PREFIXES, names.COMM_OP_PREFIXES
         for ev in events:
             if ev.ph != "X":
-                if ev.ph == "M" and ev.args is not None:
-                    self._metadata(ev, ev.args)
+                if ev.ph == "M":
+                    self._metadata(ev, decode_args(ev.args))
                 continue
             kind = categories.get(ev.cat)
             if kind is None:
                 kind = categories[ev.cat] = category(ev.cat)
             if kind == _CPU:
                 name = ev.name if type(ev.name) is str else str(ev.name)
-                if name.startswith(comm_op) and ev.args is not None:
-                    self.cpu_comm_args[len(cpu_rows)] = _own_raw(ev.args)
-                elif name == "record_param_comms" and ev.args is not None:
-                    ext = _int(ev.args.external_id)
-                    if ext is not None:
-                        self.comm_args_by_external_id[ext] = _strip_raw(ev.args)
+                if name.startswith(comm_op):
+                    args = decode_args(ev.args)
+                    if args is not None:
+                        self.cpu_comm_args[len(cpu_rows)] = _own_raw(args)
+                elif name == "record_param_comms":
+                    args = decode_args(ev.args)
+                    ext = _int(args.external_id) if args is not None else None
+                    if args is not None and ext is not None:
+                        self.comm_args_by_external_id[ext] = _strip_raw(args)
                 elif name.startswith("ProfilerStep#"):
                     self.step_rows.append(len(cpu_rows))
                 cpu_rows.append((ev.pid, ev.tid, name, ev.cat, ev.ts, ev.dur))
             elif kind != _SKIP:
-                args = ev.args
+                args = decode_args(ev.args)
                 if ev.ts is None or ev.dur is None or args is None or args.stream is None:
                     self.bad_events += 1
                     continue
@@ -181,7 +184,9 @@ class _Pass:
         lane = self.lanes[key] = f"gpu {dev} stream {_int(key[1])}"
         return lane
 
-    def _metadata(self, ev: Event, args: Args) -> None:
+    def _metadata(self, ev: Event, args: Args | None) -> None:
+        if args is None:
+            return
         if ev.name == "thread_name" and isinstance(args.name, str):
             self.thread_names[(ev.pid, ev.tid)] = args.name
         elif ev.name == "process_labels" and (args.labels or "").startswith("GPU"):

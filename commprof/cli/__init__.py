@@ -13,6 +13,7 @@ import click
 COMMANDS: dict[str, str] = {
     "analyze": "commprof.cli.analyze:analyze",
     "ingest": "commprof.cli.ingest:ingest",
+    "topology": "commprof.cli.topology:topology",
 }
 
 

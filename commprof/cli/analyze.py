@@ -34,9 +34,12 @@ def analyze(path: str, hta_compat: bool, top: int, jobs: int | None, fmt: str, o
     elif fmt == "markdown":
         write_output(analysis_text.render_markdown(report), output)
     elif output is None:
+        import sys
+
         from rich.console import Console
 
-        analysis_text.render_text(report, Console())
+        # piped output is not cut to 80 columns: keep the tables readable in logs and CI
+        analysis_text.render_text(report, Console(width=None if sys.stdout.isatty() else 160))
     else:
         from rich.console import Console
 

@@ -200,8 +200,21 @@ def _to_ns(ts: list[Any], dur: list[Any], base_ns: int) -> tuple[np.ndarray, np.
     return start, end
 
 
-def extract(path: Path) -> RankTrace:
-    """Stream one trace file into the rows it contributes to the run's tables."""
+def _pick_sidecar(sidecars: list[dict[str, Any]] | None, rank: int | None, pid: Any) -> dict[str, Any] | None:
+    """The ``commprof record`` sidecar of this trace's rank (same rank, else same OS pid)."""
+    for sidecar in sidecars or []:
+        if rank is not None and sidecar.get("rank") == rank:
+            return sidecar
+    for sidecar in sidecars or []:
+        if pid is not None and sidecar.get("pid") == pid:
+            return sidecar
+    return None
+
+
+def extract(path: Path, sidecars: list[dict[str, Any]] | None = None) -> RankTrace:
+    """Stream one trace file into the rows it contributes to the run's tables. ``sidecars`` are the
+    rank sidecars of a ``commprof record`` run (raw/ranks/*.json): they name the process group of
+    each Gloo op, which the trace itself does not."""
     scan = _Pass()
     streamed = stream_events(path, scan.add)
     trace = streamed.header
@@ -212,11 +225,12 @@ def extract(path: Path) -> RankTrace:
     dist = trace.distributedInfo
     mode = "gpu" if scan.dev_rows else "cpu"
     cpu_pid = _main_pid(scan)
+    sidecar = _pick_sidecar(sidecars, _int(dist.rank) if dist else None, cpu_pid)
     step_marks = _step_marks(scan, base_ns, cpu_pid)
     if mode == "gpu":
         intervals, collectives = _gpu_tables(scan, base_ns)
     else:
-        intervals, collectives = _cpu_tables(scan, base_ns, cpu_pid)
+        intervals, collectives = _cpu_tables(scan, base_ns, cpu_pid, sidecar)
     gpu_name = None
     if trace.deviceProperties:
         gpu_name = next((d.name for d in trace.deviceProperties if d.name), None)
@@ -233,7 +247,7 @@ def extract(path: Path) -> RankTrace:
         intervals=intervals,
         collectives=collectives,
         step_marks=step_marks,
-        process_groups=_process_groups(dist, scan),
+        process_groups=_process_groups(dist, scan, sidecar),
         warnings=warnings,
     )
 
@@ -337,7 +351,24 @@ def _thread_lane(pid: Any, tid: Any, thread_names: dict[Any, str]) -> str:
     return f"thread {tid}" + (f" ({label})" if label else "")
 
 
-def _cpu_tables(scan: _Pass, base_ns: int, pid: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _gloo_groups(scan: _Pass, rows: list[int], sidecar: dict[str, Any] | None) -> dict[int, Any]:
+    """cpu row -> Attribution (pg, seq, peer) of each ``gloo:*`` op, from the record sidecar."""
+    if sidecar is None:
+        return {}
+    from commprof.record.pgmap import ANNOTATION_PREFIX, GLOO_PREFIX, attribute_gloo_ops
+
+    picked = [i for i in rows if scan.cpu_rows[i][2].startswith((GLOO_PREFIX, ANNOTATION_PREFIX))]
+    events = [
+        {"name": scan.cpu_rows[i][2], "ph": "X", "tid": scan.cpu_rows[i][1],
+         "ts": _num(scan.cpu_rows[i][4]), "dur": _num(scan.cpu_rows[i][5])}
+        for i in picked
+    ]
+    return {picked[k]: attribution for k, attribution in attribute_gloo_ops(events, sidecar).items()}
+
+
+def _cpu_tables(
+    scan: _Pass, base_ns: int, pid: Any, sidecar: dict[str, Any] | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """CPU (Gloo) runs: comm = ``gloo:*`` ops; compute = the training threads' other ops."""
     rows = [
         i for i, r in enumerate(scan.cpu_rows)
@@ -379,16 +410,24 @@ def _cpu_tables(scan: _Pass, base_ns: int, pid: Any) -> tuple[pl.DataFrame, pl.D
         },
         schema=INTERVALS,
     )
+    groups = _gloo_groups(scan, rows, sidecar)
+    group_size = {str(g.get("name")): len(g.get("ranks") or []) for g in (sidecar or {}).get("process_groups") or []}
     cols = _Columns(COLLECTIVES)
     for j, i in enumerate(rows):
         if i not in comm_rows:
             continue
         args = scan.cpu_comm_args.get(i)
         fields = _comm_fields(args, None)
-        if fields["bytes"] is None and args is not None:
-            fields["dtype"], fields["bytes"] = _bytes_from_inputs(args)
         name = cpu[i][2]
         op = names.normalize_op(fields["op"] or name)
+        attribution = groups.get(i)
+        if attribution is not None and attribution.pg is not None:
+            fields.update(pg=attribution.pg, seq=attribution.seq, peer=attribution.peer)
+            fields["group_size"] = fields["group_size"] or group_size.get(attribution.pg) or None
+        if fields["bytes"] is None and args is not None:
+            fields["dtype"], fields["bytes"] = _bytes_from_inputs(args)
+            if op == "all_gather" and fields["bytes"] is not None and fields["group_size"]:
+                fields["bytes"] *= fields["group_size"]  # Gloo shows the per-rank input; count the full buffer
         fields["is_async"] = cpu[i][1] in worker_threads
         _append_collective(cols, fields, op, name, int(start[j]), int(end[j]), lanes[j])
     return intervals, cols.frame()
@@ -415,14 +454,23 @@ def _bytes_from_inputs(args: Args) -> tuple[str | None, int | None]:
     return dtype, count * size
 
 
-def _process_groups(dist: Any, scan: _Pass) -> pl.DataFrame:
-    """Groups from ``distributedInfo.pg_config``, completed by those named in per-op args."""
+def _process_groups(dist: Any, scan: _Pass, sidecar: dict[str, Any] | None = None) -> pl.DataFrame:
+    """Groups from ``distributedInfo.pg_config``, completed by those named in per-op args and in the
+    record sidecar."""
     rows: dict[str, dict[str, Any]] = {}
+    for group in (sidecar or {}).get("process_groups") or []:
+        ranks = _parse_ranks(group.get("ranks")) or []
+        rows[str(group.get("name"))] = {
+            "pg": str(group.get("name")), "desc": group.get("desc"), "ranks": ranks,
+            "size": _int(group.get("size")) or len(ranks) or None, "backend": group.get("backend"),
+        }
     configs = dist.pg_config if dist is not None and dist.pg_config is not None else []
     if isinstance(configs, dict):
         configs = list(configs.values())
     for cfg in configs:
         ranks = _parse_ranks(cfg.ranks) or []
+        if str(cfg.pg_name) in rows:
+            continue
         rows[str(cfg.pg_name)] = {
             "pg": str(cfg.pg_name),
             "desc": cfg.pg_desc or None,

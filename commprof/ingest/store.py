@@ -76,9 +76,9 @@ def _write_frame(frame: pl.DataFrame, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def parse_one(entry: FileEntry, cache: Path) -> dict[str, Any]:
+def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Parse one raw trace and write its tables (runs in a worker process)."""
-    rank_trace: RankTrace = extract(entry.path)
+    rank_trace: RankTrace = extract(entry.path, sidecars)
     meta = {
         "file": str(entry.path),
         "rel": entry.rel,
@@ -106,17 +106,18 @@ def parse_one(entry: FileEntry, cache: Path) -> dict[str, Any]:
     return meta
 
 
-def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable[[], None]) -> list[dict[str, Any]]:
+def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable[[], None],
+                sidecars: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if len(todo) <= 1 or jobs <= 1:
         results = []
         for entry in todo:
-            results.append(parse_one(entry, cache))
+            results.append(parse_one(entry, cache, sidecars))
             on_done()
         return results
     # "spawn", not fork: the parent runs polars' thread pool, and a forked child can inherit a held lock
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
-        futures = [pool.submit(parse_one, entry, cache) for entry in todo]
+        futures = [pool.submit(parse_one, entry, cache, sidecars) for entry in todo]
         results = []
         for fut in futures:
             results.append(fut.result())
@@ -124,12 +125,33 @@ def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable
         return results
 
 
-def _read_index(cache: Path) -> dict[str, Any]:
+def read_sidecars(source: Source) -> tuple[list[dict[str, Any]], str]:
+    """The rank sidecars of a ``commprof record`` run (raw/ranks/rank-N.json) and a signature of
+    their sizes and mtimes (part of the cache key: they change how Gloo ops are attributed)."""
+    folder = source.root / "raw" / "ranks"
+    if source.kind != "run" or not folder.is_dir():
+        return [], ""
+    sidecars, signature = [], []
+    for path in sorted(folder.glob("rank-*.json")):
+        try:
+            st = path.stat()
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a rank killed while writing leaves no complete sidecar: its ops stay unattributed
+        if isinstance(data, dict):
+            sidecars.append(data)
+            signature.append(f"{path.name}:{st.st_size}:{st.st_mtime_ns}")
+    return sidecars, hashlib.sha1("|".join(signature).encode()).hexdigest()
+
+
+def _read_index(cache: Path, sidecar_key: str = "") -> dict[str, Any]:
     try:
         data = json.loads((cache / INDEX).read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("ingest_version") != INGEST_VERSION:
+        return {}
+    if data.get("sidecars", "") != sidecar_key:
         return {}
     files = data.get("files")
     return files if isinstance(files, dict) else {}
@@ -160,7 +182,8 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     except OSError as err:
         raise InputError(f"cannot create the table cache: {err.strerror}", cache) from None
     entries = _entries(source)
-    known = _read_index(cache)
+    sidecars, sidecar_key = read_sidecars(source)
+    known = _read_index(cache, sidecar_key)
     todo = [e for e in entries if not _fresh(e, known, cache)]
     done = [0]
 
@@ -169,7 +192,7 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
         if progress:
             progress(done[0], len(todo))
 
-    fresh_metas = {m["rel"]: m for m in _parse_many(todo, cache, jobs or (os.cpu_count() or 1), tick)}
+    fresh_metas = {m["rel"]: m for m in _parse_many(todo, cache, jobs or (os.cpu_count() or 1), tick, sidecars)}
     metas = []
     for entry in entries:
         if entry.rel in fresh_metas:
@@ -179,6 +202,7 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     if todo or set(known) != {e.rel for e in entries}:
         index = {
             "ingest_version": INGEST_VERSION,
+            "sidecars": sidecar_key,
             "files": {e.rel: {"size": e.size, "mtime_ns": e.mtime_ns, "stem": e.stem} for e in entries},
         }
         _atomic_write_bytes(cache / INDEX, json.dumps(index, indent=1).encode())

@@ -156,6 +156,9 @@ def stream_events(path: Path, on_events: Callable[[list[Event]], None]) -> Strea
     except EOFError:
         truncated_gzip = True
     if open_at < 0:
+        if truncated_gzip:
+            raise InputError(f"gzip stream ends early, after {result.text_bytes:,} bytes of text and before "
+                             "the trace's events began (job killed while writing?); nothing to analyze", path)
         open_at, header_text = _find_events(data, path, final=True)
     tail = _finish(data, open_at, path, result, on_events)
     result.header = _headers(header_text, tail, path)
@@ -205,8 +208,19 @@ def _finish(data: bytearray, open_at: int, path: Path, result: StreamResult,
             on_events(events)
             return bytes(data[close + 1 :])
         pos = close + 1
+    if _is_complete_json(data):
+        raise InputError("not a Kineto trace: the events array holds no event objects", path)
     _salvage_truncated(data, open_at, path, result, on_events)
     return None
+
+
+def _is_complete_json(data: bytearray) -> bool:
+    """A whole, valid JSON document (so a failure to find events is not a cut)."""
+    try:
+        msgspec.json.decode(memoryview(data))
+    except msgspec.DecodeError:
+        return False
+    return True
 
 
 def _salvage_truncated(data: bytearray, open_at: int, path: Path, result: StreamResult,

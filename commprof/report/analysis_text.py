@@ -40,12 +40,17 @@ def fmt_ranks(ranks: list[int] | None) -> str:
     return ",".join(map(str, ranks))
 
 
+_OP_SHORT = {"all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS", "all_to_all": "A2A",
+             "broadcast": "BC", "reduce": "R", "send": "send", "recv": "recv", "send_recv": "SR",
+             "barrier": "bar", "gather": "G", "scatter": "S", "unknown": "?"}
+
+
 def _op_mix(mix: dict[str, int]) -> str:
-    return " ".join(f"{op}×{n}" for op, n in mix.items()) or "-"
+    return " ".join(f"{_OP_SHORT.get(op, op)}×{n}" for op, n in mix.items()) or "-"
 
 
 RANK_COLUMNS = ["rank", "steps", "step ms", "compute", "overlapped", "exposed", "memory", "idle", "overlap"]
-PG_COLUMNS = ["pg", "desc", "ranks", "dim", "tier", "ops", "bytes/step", "comm ms/step", "exposed ms/step",
+PG_COLUMNS = ["pg", "desc", "ranks", "dim", "tier", "calls", "bytes/step", "comm ms/step", "exposed ms/step",
               "busbw GB/s"]
 TOP_COLUMNS = ["pg", "op", "bytes", "calls", "comm ms", "exposed ms", "busbw GB/s"]
 
@@ -100,6 +105,8 @@ def render_text(report: dict[str, Any], console: Console) -> None:
     for title, columns, rows in sections:
         if not rows:
             continue
+        if title == "Process groups":
+            title += " (calls: AR all-reduce, AG all-gather, RS reduce-scatter, A2A all-to-all, BC broadcast)"
         table = Table(title=title, title_justify="left", header_style="bold")
         for i, col in enumerate(columns):
             table.add_column(col, justify="left" if i < 2 or col in {"desc", "ops", "dim", "tier", "op"} else "right")

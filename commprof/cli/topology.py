@@ -1,0 +1,45 @@
+"""``commprof topology PATH``: what NCCL saw — versions, hosts, communicators, transports, NICs,
+algorithms and the link tier of each communicator — from NCCL logs alone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command("topology")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text for people, json (with schema_version) for scripts",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="write here, not stdout")
+def topology(path: Path, fmt: str, output: Path | None) -> None:
+    """Show what NCCL saw in the logs under PATH (a run directory, a folder searched recursively,
+    or one NCCL log file)."""
+    from rich.console import Console
+
+    from commprof.errors import InputError
+    from commprof.nccl import build_tables, load_nccl, render, summarize
+
+    run = load_nccl(path)
+    summary = summarize(run, build_tables(run.logs, run.topologies, run.graphs))
+    try:
+        out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    except OSError as err:
+        raise InputError(f"cannot write output ({err.strerror})", output) from err
+    try:
+        if fmt == "json":
+            out.write(json.dumps(summary, indent=2) + "\n")
+        else:
+            render(summary, Console(file=out, width=140) if output else Console())
+    finally:
+        if output:
+            out.close()

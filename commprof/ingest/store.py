@@ -18,6 +18,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,13 +117,22 @@ def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable
         return results
     # "spawn", not fork: the parent runs polars' thread pool, and a forked child can inherit a held lock
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
-        futures = [pool.submit(parse_one, entry, cache, sidecars) for entry in todo]
-        results = []
-        for fut in futures:
-            results.append(fut.result())
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
+            futures = [pool.submit(parse_one, entry, cache, sidecars) for entry in todo]
+            for entry, fut in zip(todo, futures, strict=True):
+                results[entry.rel] = fut.result()
+                on_done()
+    except BrokenProcessPool:
+        # Workers could not start: e.g. a script calling open_run() without an
+        # ``if __name__ == "__main__":`` guard, which "spawn" re-imports. Parse here instead.
+        pass
+    for entry in todo:
+        if entry.rel not in results:
+            results[entry.rel] = parse_one(entry, cache, sidecars)
             on_done()
-        return results
+    return [results[entry.rel] for entry in todo]
 
 
 def read_sidecars(source: Source) -> tuple[list[dict[str, Any]], str]:

@@ -109,15 +109,20 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
 
 def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable[[], None],
                 sidecars: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if len(todo) <= 1 or jobs <= 1:
-        results = []
-        for entry in todo:
-            results.append(parse_one(entry, cache, sidecars))
+    results: dict[str, dict[str, Any]] = {}
+    if len(todo) > 1 and jobs > 1:
+        _parse_in_workers(todo, cache, jobs, on_done, sidecars, results)
+    for entry in todo:
+        if entry.rel not in results:
+            results[entry.rel] = parse_one(entry, cache, sidecars)
             on_done()
-        return results
+    return [results[entry.rel] for entry in todo]
+
+
+def _parse_in_workers(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable[[], None],
+                      sidecars: list[dict[str, Any]], results: dict[str, dict[str, Any]]) -> None:
     # "spawn", not fork: the parent runs polars' thread pool, and a forked child can inherit a held lock
     context = multiprocessing.get_context("spawn")
-    results: dict[str, dict[str, Any]] = {}
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
             futures = [pool.submit(parse_one, entry, cache, sidecars) for entry in todo]
@@ -126,13 +131,8 @@ def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable
                 on_done()
     except BrokenProcessPool:
         # Workers could not start: e.g. a script calling open_run() without an
-        # ``if __name__ == "__main__":`` guard, which "spawn" re-imports. Parse here instead.
-        pass
-    for entry in todo:
-        if entry.rel not in results:
-            results[entry.rel] = parse_one(entry, cache, sidecars)
-            on_done()
-    return [results[entry.rel] for entry in todo]
+        # ``if __name__ == "__main__":`` guard, which "spawn" re-imports. The caller parses the rest.
+        return
 
 
 def read_sidecars(source: Source) -> tuple[list[dict[str, Any]], str]:

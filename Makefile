@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SAMPLE ?= sample_traces/gloo_4rank_profiler
 
-.PHONY: demo test lint pytest bench install clean
+.PHONY: demo test lint pytest bench bench-dashboard install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ test: lint pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_ingest.py
+
+bench-dashboard: $(STAMP)
+	$(BIN)/python bench/bench_dashboard.py
 
 clean:
 	rm -rf $(VENV) .bench-venv .pytest_cache .mypy_cache .ruff_cache

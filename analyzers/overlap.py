@@ -119,7 +119,7 @@ def analyze_rank(
         intervals, starts, ends = intervals.filter(keep), starts[keep.to_numpy()], ends[keep.to_numpy()]
         collectives = collectives.filter(pl.col("start_ns") < cutoff)
     kind = intervals["kind"].cast(pl.String).to_numpy()
-    compute = _effective_compute(intervals, kind, starts, ends)
+    compute = effective_compute(intervals, kind, starts, ends)
     comm = iv.union(collectives["start_ns"].to_numpy(), collectives["end_ns"].to_numpy())
     memory = iv.union(starts[kind == "memory"], ends[kind == "memory"])
     steps = _step_parts(rank, step_ids, bounds, compute, comm, memory)
@@ -127,7 +127,7 @@ def analyze_rank(
     return RankOverlap(steps, shared, pg_steps, warnings)
 
 
-def _effective_compute(
+def effective_compute(
     intervals: pl.DataFrame, kind: npt.NDArray[np.str_], starts: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
 ) -> iv.Union:

@@ -26,3 +26,8 @@ class InputError(CommprofError):
 
 class UsageError(CommprofError):
     """Options that do not fit together."""
+
+
+class TruncatedTraceError(InputError):
+    """A trace cut short before its first event (a job killed while writing). In a run with other
+    traces the rank is skipped with a warning instead of failing the whole run."""

@@ -153,6 +153,8 @@ def _assign_ranks(ingested: store.Ingested) -> tuple[list[RankFile], list[str]]:
     pending: list[tuple[store.FileEntry, dict[str, Any]]] = []
     out: list[RankFile] = []
     for entry, meta in zip(ingested.entries, ingested.metas, strict=True):
+        if meta.get("skipped"):
+            continue
         rank = meta.get("rank")
         if rank is None:
             pending.append((entry, meta))
@@ -174,6 +176,11 @@ def _assign_ranks(ingested: store.Ingested) -> tuple[list[RankFile], list[str]]:
         meta["rank_source"] = "file order"
         warnings.append(f"{entry.rel}: no distributedInfo and no rank in the file name; assumed rank {next_free}")
         out.append(RankFile(next_free, entry, meta))
+    if not out:
+        skipped = [m for m in ingested.metas if m.get("skipped")]
+        raise InputError(str(skipped[0]["skipped"]) if len(skipped) == 1 else
+                         f"no trace with events: {len(skipped)} traces are cut short before their first event",
+                         None if len(skipped) == 1 else ingested.entries[0].path.parent)
     out.sort(key=lambda rf: rf.rank)
     world = next(iter(sizes), None)
     if world is not None and len(out) < world:

@@ -1,1 +1,7 @@
-"""Dash app for commprof runs (see the dashboard issue)."""
+"""The commprof dashboard (Dash): ``create_app(runs)`` serves the runs given on the command line."""
+
+from __future__ import annotations
+
+from commprof.dashboard.app import create_app
+
+__all__ = ["create_app"]

@@ -12,6 +12,10 @@ import click
 # command name -> "module:attribute"; each module holds one click command.
 COMMANDS: dict[str, str] = {
     "analyze": "commprof.cli.analyze:analyze",
+    "dashboard": "commprof.cli.dashboard:dashboard",
+    "check": "commprof.cli.check:check",
+    "diff": "commprof.cli.diff:diff",
+    "export": "commprof.cli.export:export",
     "ingest": "commprof.cli.ingest:ingest",
     "topology": "commprof.cli.topology:topology",
 }

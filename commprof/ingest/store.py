@@ -25,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from commprof.errors import InputError
+from commprof.errors import InputError, TruncatedTraceError
 from commprof.ingest.discover import Source
 from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
 from commprof.ingest.schema import INGEST_VERSION
@@ -79,7 +79,10 @@ def _write_frame(frame: pl.DataFrame, target: Path) -> None:
 
 def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Parse one raw trace and write its tables (runs in a worker process)."""
-    rank_trace: RankTrace = extract(entry.path, sidecars)
+    try:
+        rank_trace: RankTrace = extract(entry.path, sidecars)
+    except TruncatedTraceError as err:
+        return {"file": str(entry.path), "rel": entry.rel, "skipped": str(err), "warnings": [f"{err}; rank skipped"]}
     meta = {
         "file": str(entry.path),
         "rel": entry.rel,

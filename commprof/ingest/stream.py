@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from commprof.errors import InputError
+from commprof.errors import InputError, TruncatedTraceError
 from commprof.ingest.decode import Event, Trace, merge_headers
 
 READ_BLOCK = 1 << 20
@@ -157,7 +157,7 @@ def stream_events(path: Path, on_events: Callable[[list[Event]], None]) -> Strea
         truncated_gzip = True
     if open_at < 0:
         if truncated_gzip:
-            raise InputError(f"gzip stream ends early, after {result.text_bytes:,} bytes of text and before "
+            raise TruncatedTraceError(f"gzip stream ends early, after {result.text_bytes:,} bytes of text and before "
                              "the trace's events began (job killed while writing?); nothing to analyze", path)
         open_at, header_text = _find_events(data, path, final=True)
     tail = _finish(data, open_at, path, result, on_events)
@@ -243,7 +243,7 @@ def _salvage_truncated(data: bytearray, open_at: int, path: Path, result: Stream
                                f"{result.events:,} complete events, dropped the last {lost:,} bytes")
         return
     if result.events == 0:
-        raise InputError("trace is cut short before its first complete event", path)
+        raise TruncatedTraceError("trace is cut short before its first complete event", path)
     result.warnings.append(f"{path}: trace text ends early at byte {result.text_bytes:,}; kept "
                            f"{result.events:,} complete events, dropped the last "
                            f"{len(data) - open_at:,} bytes")

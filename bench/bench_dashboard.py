@@ -1,0 +1,113 @@
+"""Dashboard benchmark: browser-measured time to the first full render of every page, and the largest
+callback payload, for the 4-rank sample run and a synthetic 64-rank run (commprof.synth_run).
+
+    python bench/bench_dashboard.py [--kernels-per-phase 50]
+
+Render time = from navigation start until the page's graph (``.js-plotly-plot``) holds data, measured in
+Chromium (headless, system binary). Payload = the largest response body of ``/_dash-update-component``,
+recorded by an ``after_request`` hook on the app's Flask server. Targets: < 2 s per page and < 5 MB for the
+timeline at any zoom. Not part of ``make test``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from test_dashboard_browser import Server, make_driver  # noqa: E402
+
+import commprof  # noqa: E402
+from commprof.dashboard import create_app, ids  # noqa: E402
+from commprof.synth_run import make_run  # noqa: E402
+
+PAGES = {"overview": ids.OVERVIEW_BREAKDOWN, "timeline": ids.TIMELINE_GRAPH, "collectives": ids.COLL_SCATTER,
+         "topology": ids.TOPO_GRAPH, "skew": ids.SKEW_HEATMAP}
+TIMELINE_RANK_SETS = {"timeline (16 ranks)": None, "timeline (all ranks)": "all"}
+
+
+def render_ms(driver, url: str, graph: str, timeout: float = 60.0) -> float:  # type: ignore[no-untyped-def]
+    driver.get(url)
+    script = (f"var g = document.querySelector('#{graph} .js-plotly-plot');"
+              "return (g && g.data && g.data.length > 0) ? performance.now() : null;")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = driver.execute_script(script)
+        if done is not None:
+            return float(done)
+        time.sleep(0.02)
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kernels-per-phase", type=int, default=50)
+    parser.add_argument("--ranks", type=int, default=64)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="commprof-bench-dash-"))
+    sample = tmp / "sample"
+    shutil.copytree(ROOT / "sample_traces" / "gloo_4rank_profiler", sample, ignore=shutil.ignore_patterns("tables"))
+    t = time.perf_counter()
+    synth = make_run(tmp / f"synth{args.ranks}", ranks=args.ranks, steps=3, layout=(8, 2, args.ranks // 16),
+                     kernels_per_phase=args.kernels_per_phase)
+    made = time.perf_counter() - t
+    t = time.perf_counter()
+    runs = {"sample": commprof.open_run(sample), f"synth{args.ranks}": commprof.open_run(synth)}
+    opened = time.perf_counter() - t
+    app = create_app(runs)
+    sizes: list[tuple[str, int]] = []
+
+    @app.server.after_request
+    def record(response):  # type: ignore[no-untyped-def]
+        from flask import request
+
+        if request.path == "/_dash-update-component":
+            sizes.append((str((request.get_json(silent=True) or {}).get("output", "")), len(response.get_data())))
+        return response
+
+    server = Server(app)
+    driver = make_driver()
+    rows = []
+    try:
+        for key in runs:
+            for page, graph in PAGES.items():
+                sizes.clear()
+                first = render_ms(driver, f"{server.url}/run/{key}/{page}", graph)  # cold: analysis + caches
+                sizes_cold = max((s for _, s in sizes), default=0)
+                warm = render_ms(driver, f"{server.url}/run/{key}/{page}", graph)
+                rows.append((key, page, first, warm, sizes_cold))
+            # the timeline with every rank selected, and a zoomed window, as server-side payloads
+            cache = app.commprof_cache  # type: ignore[attr-defined]
+            base = cache.timeline_base(key)
+            all_ranks = tuple(base.rows["rank"].unique().sort().to_list())
+            span = base.end_ns - base.origin_ns
+            for label, window in (("whole run", (base.origin_ns, base.end_ns)),
+                                  ("1% zoom", (base.origin_ns + span // 2, base.origin_ns + span // 2 + span // 100))):
+                t = time.perf_counter()
+                fig, info = cache.timeline_figure(key, *window, all_ranks)
+                built = (time.perf_counter() - t) * 1e3
+                payload = len(fig.to_json())
+                rows.append((key, f"timeline all {len(all_ranks)} ranks, {label} (server)", built, float("nan"),
+                             payload))
+    finally:
+        driver.quit()
+        server.stop()
+    print(f"synthetic {args.ranks}-rank run: written in {made:.1f} s, both runs opened in {opened:.1f} s "
+          f"({args.kernels_per_phase} kernels per compute phase)")
+    print(f"{'run':<10} {'page':<46} {'first ms':>9} {'warm ms':>8} {'max payload':>12}")
+    for key, page, first, warm, size in rows:
+        print(f"{key:<10} {page:<46} {first:>9.0f} {warm:>8.0f} {size / 1e6:>10.3f} MB")
+    worst = max(r[2] for r in rows if "(server)" not in r[3:4] and r[2] == r[2])
+    biggest = max(r[4] for r in rows)
+    print(f"worst first render {worst:.0f} ms (target < 2000); largest payload {biggest / 1e6:.2f} MB (target < 5)")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""``commprof check PATH``: CI gates. Exit 0 when every rule passes, 1 when one fails, 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from commprof.cli.common import write_output
+
+FORMATS = ("text", "json", "markdown", "junit")
+
+
+def _percent(value: str | None) -> float | None:
+    if value is None:
+        return None
+    text = value.strip().removesuffix("%")
+    try:
+        number = float(text)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a percentage such as 10% or 10") from None
+    if number < 0:
+        raise click.BadParameter("must not be negative")
+    return number
+
+
+def _render(fmt: str, doc: dict[str, Any]) -> str:
+    from commprof.check import render
+
+    if fmt == "json":
+        return json.dumps(doc, indent=2)
+    if fmt == "markdown":
+        return render.render_markdown(doc)
+    if fmt == "junit":
+        from commprof.report import junit
+
+        return junit.render(doc)
+    return render.render_text(doc)
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="TOML rules (default: ./commprof.toml, else [tool.commprof] in ./pyproject.toml).")
+@click.option("--max-exposed-comm-pct", type=click.FloatRange(0), help="Exposed comm share of step time, per rank.")
+@click.option("--max-exposed-ms-per-step", type=click.FloatRange(0), help="Exposed comm ms per step, per rank.")
+@click.option("--max-straggler-wait-ms", type=click.FloatRange(0),
+              help="Longest wait of a rank for the last rank to start the same collective.")
+@click.option("--fail-on-findings", type=click.Choice(["info", "low", "medium", "high", "critical"]),
+              help="Fail on any finding at or above this severity.")
+@click.option("-r", "--rule", "rules", multiple=True, metavar="NAME=VALUE",
+              help="Any rule by its config name, e.g. dimension.tp.max_exposed_comm_pct=5 or "
+                   "tier.nvlink.min_busbw_efficiency=0.6. Repeatable.")
+@click.option("--baseline", type=click.Path(path_type=str),
+              help="An analyze or check JSON report (or a run) to gate regressions against.")
+@click.option("--max-regression", help="Allowed growth of step time and exposed comm vs the baseline [10%].")
+@click.option("--noise-floor-ms", type=click.FloatRange(0),
+              help="Changes smaller than this never fail the baseline gate [0.5].")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write JUnit XML here.")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write Markdown here (e.g. for $GITHUB_STEP_SUMMARY).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the JSON report here (usable later as --baseline).")
+@click.option("-j", "--jobs", type=click.IntRange(1), default=None, help="Processes that parse traces.")
+def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | None,
+          max_exposed_ms_per_step: float | None, max_straggler_wait_ms: float | None,
+          fail_on_findings: str | None, rules: tuple[str, ...], baseline: str | None, max_regression: str | None,
+          noise_floor_ms: float | None, fmt: str, output: Path | None, junit_path: Path | None,
+          markdown_path: Path | None, json_path: Path | None, jobs: int | None) -> None:
+    """Check a run (or an analyze/check JSON report) against thresholds and a baseline."""
+    from commprof.check import evaluate, inputs, load_config, render
+    from commprof.check.config import parse_override
+
+    overrides = [parse_override(item) for item in rules]
+    flags: dict[str, Any] = {
+        "max_exposed_comm_pct": max_exposed_comm_pct, "max_exposed_ms_per_step": max_exposed_ms_per_step,
+        "max_straggler_wait_ms": max_straggler_wait_ms, "fail_on_findings": fail_on_findings,
+        "max_regression_pct": _percent(max_regression), "noise_floor_ms": noise_floor_ms,
+    }
+    overrides += [(k, v) for k, v in flags.items() if v is not None]
+    config = load_config(config_path, overrides)
+    if baseline is not None:
+        config.baseline = baseline
+    base = inputs.load(config.baseline, jobs) if config.baseline else None
+    loaded = inputs.load(path, jobs)
+    result = evaluate(config, loaded.report, loaded.stragglers, base.report if base else None)
+    doc = render.build(result, config, loaded.report, loaded.stragglers, base.path if base else None)
+    write_output(_render(fmt, doc), output)
+    for extra_fmt, extra_path in (("junit", junit_path), ("markdown", markdown_path), ("json", json_path)):
+        if extra_path is not None:
+            write_output(_render(extra_fmt, doc), extra_path)
+    sys.exit(result.exit_code)

@@ -1,0 +1,35 @@
+"""``commprof export PATH --perfetto OUT.json``: an annotated Chrome/Perfetto trace of the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--perfetto", "perfetto_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Write a Chrome/Perfetto JSON trace here (open in ui.perfetto.dev or chrome://tracing).")
+@click.option("--split-ranks", "split_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write one Kineto-style trace per rank into this folder (readable by commprof).")
+@click.option("-j", "--jobs", type=click.IntRange(1), default=None, help="Processes that parse traces.")
+def export(path: str, perfetto_path: Path, split_dir: Path | None, jobs: int | None) -> None:
+    """Export a run as one trace: a process per rank, collectives annotated with dimension, tier, bytes,
+    busbw and exposed time, an exposed-comm track and counter per rank."""
+    from commprof.cli.common import open_run_with_progress
+    from commprof.errors import UsageError
+    from commprof.export import perfetto
+
+    run = open_run_with_progress(path, jobs)
+    trace = perfetto.build(run, run.analyze())
+    try:
+        perfetto.write(trace, perfetto_path)
+        if split_dir is not None:
+            split_dir.mkdir(parents=True, exist_ok=True)
+            for rank, part in perfetto.split_by_rank(trace).items():
+                perfetto.write(part, split_dir / f"rank-{rank}.json")
+    except OSError as err:
+        raise UsageError(f"cannot write the export: {err.strerror}", err.filename) from None
+    events = len(trace["traceEvents"])
+    click.echo(f"wrote {perfetto_path} ({events} events, {len(run.rank_files)} ranks)", err=True)

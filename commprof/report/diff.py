@@ -1,0 +1,176 @@
+"""What changed between two runs, from their analyze reports: step time and its parts, exposed and
+overlapped comm, bytes and busbw per dimension and per tier, findings that appeared or went away.
+
+Per-dimension and per-tier figures are means per rank and step over the whole run (the report's
+``collectives_summary`` totals divided by the analyzed rank-steps), so runs of different lengths compare.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+FORMAT = "commprof-diff"
+SCHEMA_VERSION = 1
+
+TOTALS = ("step_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns",
+          "overlap_pct", "exposed_comm_pct_of_step")
+GROUP_METRICS = ("exposed_ns_per_step", "overlapped_ns_per_step", "comm_ns_per_step", "bytes_per_step", "busbw_gbps")
+
+
+def _change(a: float | None, b: float | None) -> dict[str, float | None]:
+    delta = None if a is None or b is None else b - a
+    pct = None if delta is None or not a else 100.0 * delta / a
+    return {"a": a, "b": b, "delta": delta, "delta_pct": pct}
+
+
+def _by(report: dict[str, Any], key: str) -> dict[str, dict[str, float | None]]:
+    steps = sum(int(r.get("steps") or 0) for r in report.get("ranks", [])) or 1
+    sums: dict[str, dict[str, float]] = {}
+    for c in report.get("collectives_summary", []):
+        acc = sums.setdefault(c.get(key) or "unknown", {"exposed": 0.0, "overlapped": 0.0, "comm": 0.0, "bytes": 0.0,
+                                                        "bw_time": 0.0, "bw_weighted": 0.0})
+        acc["exposed"] += c.get("exposed_ns") or 0
+        acc["overlapped"] += c.get("overlapped_ns") or 0
+        acc["comm"] += c.get("comm_ns") or 0
+        acc["bytes"] += c.get("bytes") or 0
+        if c.get("busbw_gbps") is not None and c.get("comm_ns"):
+            acc["bw_time"] += c["comm_ns"]
+            acc["bw_weighted"] += c["busbw_gbps"] * c["comm_ns"]
+    return {
+        name: {
+            "exposed_ns_per_step": acc["exposed"] / steps, "overlapped_ns_per_step": acc["overlapped"] / steps,
+            "comm_ns_per_step": acc["comm"] / steps, "bytes_per_step": acc["bytes"] / steps,
+            # time-weighted over (pg, op), as the report's own busbw is over calls
+            "busbw_gbps": acc["bw_weighted"] / acc["bw_time"] if acc["bw_time"] else None,
+        }
+        for name, acc in sums.items()
+    }
+
+
+def _groups(a: dict[str, Any], b: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    left, right = _by(a, key), _by(b, key)
+    out = {}
+    for name in sorted(set(left) | set(right)):
+        la, rb = left.get(name, {}), right.get(name, {})
+        out[name] = {m: _change(la.get(m), rb.get(m)) for m in GROUP_METRICS}
+    return out
+
+
+def _finding_key(f: dict[str, Any]) -> str:
+    return str(f.get("id") or f.get("title") or f)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else round(value, 6)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def build(a: dict[str, Any], b: dict[str, Any], a_path: str, b_path: str) -> dict[str, Any]:
+    """``a`` and ``b``: analyze reports (schema version 1). B is compared against A."""
+    ta, tb = a.get("totals") or {}, b.get("totals") or {}
+    fa = {_finding_key(f): f for f in a.get("findings") or []}
+    fb = {_finding_key(f): f for f in b.get("findings") or []}
+    warnings = []
+    if a["run"].get("world_size") != b["run"].get("world_size"):
+        warnings.append(f"world sizes differ: {a['run'].get('world_size')} vs {b['run'].get('world_size')}")
+    if a["run"].get("hta_compat") != b["run"].get("hta_compat"):
+        warnings.append("one report was made with --hta-compat and the other without")
+    doc = {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "a": {"path": a_path, "run": a["run"]},
+        "b": {"path": b_path, "run": b["run"]},
+        "totals": {k: _change(ta.get(k), tb.get(k)) for k in TOTALS},
+        "dimensions": _groups(a, b, "dimension"),
+        "tiers": _groups(a, b, "tier"),
+        "findings": {"new": [fb[k] for k in fb if k not in fa], "gone": [fa[k] for k in fa if k not in fb]},
+        "warnings": warnings,
+    }
+    cleaned: dict[str, Any] = _clean(doc)
+    return cleaned
+
+
+def _fmt(metric: str, value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    sign = "+" if signed and value > 0 else ""
+    if metric.endswith("_pct") or metric == "overlap_pct" or metric == "exposed_comm_pct_of_step":
+        return f"{sign}{value:.1f}" + ("pp" if signed else "%")
+    if metric.startswith("bytes"):
+        return f"{sign}{value / 1e6:.3f} MB"
+    if metric.endswith("gbps"):
+        return f"{sign}{value:.3f} GB/s"
+    return f"{sign}{value / 1e6:.3f} ms"
+
+
+def _pct(change: dict[str, Any], metric: str) -> str:
+    if metric.endswith("pct") or metric.endswith("pct_of_step") or change["delta_pct"] is None:
+        return ""
+    return f"{change['delta_pct']:+.1f}%"
+
+
+def rows(doc: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """(section, subject, [metric, A, B, change, change %]) for every line the renderers show."""
+    out = []
+    for metric, ch in doc["totals"].items():
+        out.append(("totals", "run", [metric, _fmt(metric, ch["a"]), _fmt(metric, ch["b"]),
+                                      _fmt(metric, ch["delta"], True), _pct(ch, metric)]))
+    for section in ("dimensions", "tiers"):
+        for name, metrics in doc[section].items():
+            for metric, ch in metrics.items():
+                out.append((section, name, [metric, _fmt(metric, ch["a"]), _fmt(metric, ch["b"]),
+                                            _fmt(metric, ch["delta"], True), _pct(ch, metric)]))
+    return out
+
+
+def _finding_lines(doc: dict[str, Any]) -> list[str]:
+    return [
+        f"{label}: [{f.get('severity', '?')}] {f.get('title') or f.get('id')}"
+        for label in ("new", "gone") for f in doc["findings"][label]
+    ]
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    header = ["metric", "A", "B", "change", "change %"]
+    table = rows(doc)
+    widths = [max(len(h), *(len(r[2][i]) for r in table)) for i, h in enumerate(header)] if table else []
+    lines = [f"commprof diff: A = {doc['a']['path']}  B = {doc['b']['path']}"]
+    current = None
+    for section, subject, cells in table:
+        if (section, subject) != current:
+            current = (section, subject)
+            title = "run totals (mean per rank and step)" if section == "totals" else \
+                f"{section[:-1]} {subject} (per rank and step)"
+            lines += ["", title, "  " + "  ".join(h.rjust(w) if i else h.ljust(w)
+                                                  for i, (h, w) in enumerate(zip(header, widths, strict=True)))]
+        lines.append("  " + "  ".join(c.rjust(w) if i else c.ljust(w)
+                                      for i, (c, w) in enumerate(zip(cells, widths, strict=True))))
+    findings = _finding_lines(doc)
+    lines += ["", "findings: " + ("none new, none gone" if not findings else "")] + [f"  {f}" for f in findings]
+    lines += [f"warning: {w}" for w in doc["warnings"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    out = ["## commprof diff", "", f"A = `{doc['a']['path']}`, B = `{doc['b']['path']}`", ""]
+    current = None
+    for section, subject, cells in rows(doc):
+        if (section, subject) != current:
+            current = (section, subject)
+            title = "Run totals (mean per rank and step)" if section == "totals" else \
+                f"{section[:-1].capitalize()} `{subject}` (per rank and step)"
+            out += ["", f"### {title}", "", "| metric | A | B | change | change % |", "|---|---|---|---|---|"]
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    out += ["", "### Findings", ""]
+    findings = _finding_lines(doc)
+    out += [f"- {f}" for f in findings] if findings else ["No findings appeared or went away."]
+    out += [f"\n> warning: {w}" for w in doc["warnings"]]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,284 @@
+"""Pure table transforms behind the pages: polars in, polars out, no Dash.
+
+Rules the pages show (and tests pin):
+
+* **Timeline aggregation**: per lane and category, intervals are clipped to the window, merged into
+  their union, and gaps shorter than one bin (window / bins) are closed; a piece shorter than a bin is
+  widened to one bin so it stays visible. Every gap left is at least a bin wide, so a lane never has more
+  than ``bins`` segments, whatever the run's size.
+* **Skew**: calls are matched across ranks by (pg, seq); calls without a seq by (pg, op, ordinal), the
+  ordinal being the call's position among its rank's calls of that (pg, op) in time order. A rank's
+  delay = its start - the earliest start among the matched calls.
+* **Traffic**: bytes per step from rank to rank. A point-to-point ``send`` of B bytes counts B from the
+  sender to its peer (``recv`` records are not counted again). Any other collective call of B bytes on a
+  rank of an n-rank group counts B/(n-1) from that rank to each other member (the rank's B bytes spread
+  evenly over its group). Calls whose group's ranks are unknown are left out (and counted).
+* **Links**: each process group is drawn as a ring over its sorted ranks; a pair linked by several
+  groups keeps the smallest group (the most specific one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from commprof.analyzers import intervals as iv
+from commprof.analyzers.overlap import effective_compute
+
+UNKNOWN = "unknown"
+P2P_OPS = ("send", "recv")
+
+
+# ---------------------------------------------------------------- overview
+def exposed_by(pg_steps: pl.DataFrame, process_groups: pl.DataFrame, steps: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Exposed and overlapped comm per rank-step (mean over ranks and steps), per dimension or tier."""
+    rank_steps = max(steps.height, 1)
+    info = process_groups.select("pg", by)
+    out = (
+        pg_steps.join(info, on="pg", how="left")
+        .with_columns(pl.col(by).fill_null(UNKNOWN))
+        .group_by(by)
+        .agg((pl.col("exposed_ns").sum() / rank_steps).alias("exposed_ns"),
+             (pl.col("overlapped_ns").sum() / rank_steps).alias("overlapped_ns"))
+        .sort("exposed_ns", descending=True)
+    )
+    return out
+
+
+# ---------------------------------------------------------------- timeline
+@dataclass
+class TimelineBase:
+    """A run's timeline inputs, prepared once: rows, lane intervals by category, exposed time per rank."""
+
+    origin_ns: int
+    end_ns: int
+    rows: pl.DataFrame  # row, rank, lane, label
+    boxes: pl.DataFrame  # row, category, start_ns, end_ns (compute/memory lanes and comm by dimension)
+    calls: pl.DataFrame  # row, dimension, start_ns, end_ns, op, pg, bytes, busbw_gbps, exposed_ns
+    exposed: dict[int, iv.Union]  # rank -> exposed comm (comm union minus effective compute)
+    steps: pl.DataFrame  # step, start_ns, end_ns (over ranks)
+
+
+def _short_lane(lane: str) -> str:
+    if lane.startswith("gpu ") and " stream " in lane:
+        return "s" + lane.rsplit(" ", 1)[-1]
+    return lane
+
+
+def timeline_base(intervals: pl.DataFrame, collectives: pl.DataFrame, steps: pl.DataFrame) -> TimelineBase:
+    keep = intervals.filter(pl.col("kind").cast(pl.String).is_in(["compute", "comm", "memory"]))
+    rows = (
+        keep.select("rank", "lane").unique()
+        .with_columns(pl.col("lane").str.extract(r"(\d+)\D*$").cast(pl.Int64, strict=False).alias("_n"))
+        .sort("rank", "_n", "lane").drop("_n")
+        .with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
+        .with_columns(pl.format("r{} {}", "rank", pl.col("lane").map_elements(_short_lane, pl.String))
+                      .alias("label"))
+    )
+    lane_boxes = (
+        keep.filter(pl.col("kind").cast(pl.String) != "comm")
+        .join(rows.select("rank", "lane", "row"), on=["rank", "lane"])
+        .select("row", pl.col("kind").cast(pl.String).alias("category"), "start_ns", "end_ns")
+    )
+    calls = collectives.join(rows.select("rank", "lane", "row"), on=["rank", "lane"]).select(
+        "row", "rank", pl.col("dimension").fill_null(UNKNOWN), "start_ns", "end_ns", "op", "pg", "bytes",
+        "busbw_gbps", "exposed_ns",
+    ).sort("row", "start_ns")
+    comm_boxes = calls.select("row", pl.concat_str(pl.lit("comm:"), "dimension").alias("category"),
+                              "start_ns", "end_ns")
+    exposed: dict[int, iv.Union] = {}
+    for (rank,), frame in intervals.partition_by("rank", as_dict=True).items():
+        starts = frame["start_ns"].to_numpy().astype(np.int64)
+        ends = frame["end_ns"].to_numpy().astype(np.int64)
+        compute = effective_compute(frame, frame["kind"].cast(pl.String).to_numpy(), starts, ends)
+        rank_calls = collectives.filter(pl.col("rank") == rank)
+        comm = iv.union(rank_calls["start_ns"].to_numpy(), rank_calls["end_ns"].to_numpy())
+        exposed[int(rank)] = iv.subtract(comm, compute)  # type: ignore[call-overload]
+    step_windows = steps.group_by("step").agg(pl.col("start_ns").min(), pl.col("end_ns").max()).sort("step")
+    origin = int(intervals["start_ns"].min() or 0) if intervals.height else 0
+    end = int(intervals["end_ns"].max() or 0) if intervals.height else 1
+    if steps.height:
+        origin = min(origin, int(steps["start_ns"].min()))  # type: ignore[arg-type]
+        end = max(end, int(steps["end_ns"].max()))  # type: ignore[arg-type]
+    return TimelineBase(origin, end, rows, pl.concat([lane_boxes, comm_boxes]), calls, exposed, step_windows)
+
+
+def merge_to_bins(starts: npt.ArrayLike, ends: npt.ArrayLike, lo: int, hi: int, bins: int
+                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Union of [start, end) clipped to [lo, hi) with gaps under one bin closed (see the module doc)."""
+    s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)
+    e = np.clip(np.asarray(ends, dtype=np.int64), lo, hi)
+    keep = e > s
+    if not keep.any():
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    us, ue = iv.union(s[keep], e[keep])
+    width = max((hi - lo) / max(bins, 1), 1.0)
+    if us.size > 1:
+        gaps = us[1:] - ue[:-1]
+        new = np.concatenate([[True], gaps >= width])
+        idx = np.flatnonzero(new)
+        us, ue = us[idx], np.maximum.reduceat(ue, idx)
+    ue = np.maximum(ue, us + int(width))
+    return us, ue
+
+
+def timeline_segments(base: TimelineBase, window: tuple[int, int], ranks: list[int] | None, bins: int
+                      ) -> pl.DataFrame:
+    """Segments to draw for the window: row, category, start_ns, end_ns, calls (comm) and hover text."""
+    lo, hi = window
+    rows = base.rows if ranks is None else base.rows.filter(pl.col("rank").is_in(ranks))
+    wanted = set(rows["row"].to_list())
+    boxes = base.boxes.filter(pl.col("row").is_in(wanted) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    out: list[pl.DataFrame] = []
+    for (row, category), frame in boxes.partition_by("row", "category", as_dict=True).items():
+        s, e = merge_to_bins(frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy(), lo, hi, bins)
+        out.append(pl.DataFrame({"row": np.full(s.size, row, np.int64), "category": [category] * s.size,
+                                 "start_ns": s, "end_ns": e}))
+    rank_of = dict(zip(rows["row"].to_list(), rows["rank"].to_list(), strict=True))
+    comm_rows = boxes.filter(pl.col("category").str.starts_with("comm:"))["row"].unique().to_list()
+    for row in comm_rows:
+        lane_calls = base.calls.filter(pl.col("row") == row)
+        lane_union = iv.union(lane_calls["start_ns"].to_numpy(), lane_calls["end_ns"].to_numpy())
+        ex = iv.intersect(lane_union, base.exposed.get(rank_of[row], iv.EMPTY))
+        s, e = merge_to_bins(ex[0], ex[1], lo, hi, bins)
+        out.append(pl.DataFrame({"row": np.full(s.size, row, np.int64), "category": ["exposed"] * s.size,
+                                 "start_ns": s, "end_ns": e}))
+    schema = {"row": pl.Int64, "category": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
+    segs = pl.concat([f.cast(schema) for f in out]) if out else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
+    calls = base.calls.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi) & pl.col("row").is_in(wanted))
+    return _with_hover(segs.sort("row", "category", "start_ns"), calls.with_columns(
+        pl.col("start_ns").clip(lower_bound=lo), pl.col("end_ns").clip(upper_bound=hi)))
+
+
+def _with_hover(segs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """Hover per comm segment: the collective when the segment holds one, else a count and total."""
+    comm = segs.filter(pl.col("category").str.starts_with("comm:")).with_columns(
+        pl.col("category").str.strip_prefix("comm:").alias("dimension")
+    )
+    if comm.height == 0:
+        return segs.with_columns(pl.lit(0, pl.Int64).alias("calls"), pl.lit(None, pl.String).alias("hover"))
+    seg_key = comm.select("row", "dimension", "start_ns", pl.col("start_ns").alias("seg_start"),
+                          pl.col("end_ns").alias("seg_end"))
+    joined = (
+        calls.sort("start_ns")
+        .join_asof(seg_key.sort("start_ns"), on="start_ns", by=["row", "dimension"], strategy="backward",
+                   check_sortedness=False)
+        .filter(pl.col("seg_start").is_not_null() & (pl.col("start_ns") < pl.col("seg_end")))
+    )
+    per_seg = joined.group_by("row", "dimension", "seg_start").agg(
+        pl.len().alias("calls"), pl.col("op").first(), pl.col("pg").first(), pl.col("bytes").first(),
+        pl.col("busbw_gbps").first(), pl.col("exposed_ns").sum(), (pl.col("end_ns") - pl.col("start_ns")).sum()
+        .alias("dur_ns"),
+    ).with_columns(
+        pl.when(pl.col("calls") == 1).then(pl.format(
+            "{} · pg {} · {} B · busbw {} GB/s · exposed {} µs of {} µs",
+            "op", "pg", pl.col("bytes").fill_null(-1), pl.col("busbw_gbps").round(1).fill_null(-1),
+            (pl.col("exposed_ns") / 1e3).round(1), (pl.col("dur_ns") / 1e3).round(1),
+        )).otherwise(pl.format("{} collectives merged · exposed {} µs", "calls", (pl.col("exposed_ns") / 1e3)
+                               .round(1))).alias("hover")
+    ).select("row", pl.concat_str(pl.lit("comm:"), "dimension").alias("category"),
+             pl.col("seg_start").alias("start_ns"), "calls", "hover")
+    return segs.join(per_seg, on=["row", "category", "start_ns"], how="left").with_columns(
+        pl.col("calls").fill_null(0).cast(pl.Int64)
+    )
+
+
+# ---------------------------------------------------------------- skew
+def skew_delays(collectives: pl.DataFrame) -> pl.DataFrame:
+    """One row per rank and matched call: key, label, first_ns (earliest start), delay_ns."""
+    c = collectives.with_columns(pl.col("pg").fill_null(UNKNOWN)).sort("start_ns")
+    c = c.with_columns(pl.int_range(pl.len()).over("rank", "pg", "op").alias("_ordinal"))
+    c = c.with_columns(
+        pl.when(pl.col("seq").is_not_null())
+        .then(pl.format("pg {} seq {}", "pg", "seq"))
+        .otherwise(pl.format("pg {} {} #{}", "pg", "op", "_ordinal")).alias("key")
+    )
+    c = c.with_columns(
+        pl.col("start_ns").min().over("key").alias("first_ns"),
+        pl.col("rank").n_unique().over("key").alias("_ranks"),
+    ).filter(pl.col("_ranks") > 1)
+    c = c.group_by("key", "rank").agg(pl.col("start_ns").min(), pl.col("first_ns").first(), pl.col("op").first())
+    return c.with_columns((pl.col("start_ns") - pl.col("first_ns")).alias("delay_ns"),
+                          pl.format("{} ({})", "key", "op").alias("label")).sort("first_ns", "rank")
+
+
+def straggler(delays: pl.DataFrame) -> tuple[int, float] | None:
+    """(rank, mean delay ns) of the rank with the largest mean delay."""
+    if delays.height == 0:
+        return None
+    mean = delays.group_by("rank").agg(pl.col("delay_ns").mean()).sort(["delay_ns", "rank"],
+                                                                          descending=[True, False])
+    return int(mean["rank"][0]), float(mean["delay_ns"][0])
+
+
+# ---------------------------------------------------------------- topology
+def group_links(process_groups: pl.DataFrame) -> pl.DataFrame:
+    """Rank pairs linked by a process group: a, b, pg, size, dimension, tier (see the module doc)."""
+    rows = []
+    for g in process_groups.iter_rows(named=True):
+        members = sorted(set(g["ranks"] or []))
+        if len(members) < 2:
+            continue
+        pairs = [(members[i], members[(i + 1) % len(members)]) for i in range(len(members))]
+        if len(members) == 2:
+            pairs = pairs[:1]
+        rows.extend({"a": min(p), "b": max(p), "pg": g["pg"], "size": len(members),
+                     "dimension": g.get("dimension") or UNKNOWN, "tier": g.get("tier") or UNKNOWN} for p in pairs)
+    schema = {"a": pl.Int64, "b": pl.Int64, "pg": pl.String, "size": pl.Int64, "dimension": pl.String,
+              "tier": pl.String}
+    if not rows:
+        return pl.DataFrame(schema=schema)
+    return pl.DataFrame(rows, schema=schema).sort("size").unique(["a", "b"], keep="first", maintain_order=True)
+
+
+def traffic_matrix(collectives: pl.DataFrame, process_groups: pl.DataFrame, n_steps: int
+                   ) -> tuple[pl.DataFrame, int]:
+    """Long table src, dst, bytes_per_step (see the module doc), and how many calls were left out."""
+    calls = collectives.filter(pl.col("step").is_not_null() & pl.col("bytes").is_not_null())
+    steps = max(n_steps, 1)
+    sends = calls.filter((pl.col("op") == "send") & pl.col("peer").is_not_null()).select(
+        pl.col("rank").cast(pl.Int64).alias("src"), pl.col("peer").cast(pl.Int64).alias("dst"),
+        pl.col("bytes").cast(pl.Float64))
+    coll = calls.filter(~pl.col("op").is_in(P2P_OPS))
+    members = process_groups.select("pg", pl.col("ranks").alias("members"))
+    joined = coll.join(members, on="pg", how="left")
+    known = joined.filter(pl.col("members").list.len() > 1)
+    left_out = joined.height - known.height
+    spread = (
+        known.with_columns((pl.col("bytes") / (pl.col("members").list.len() - 1)).alias("share"))
+        .select(pl.col("rank").cast(pl.Int64).alias("src"), "members", "share")
+        .explode("members").rename({"members": "dst"})
+        .with_columns(pl.col("dst").cast(pl.Int64))
+        .filter(pl.col("dst") != pl.col("src"))
+        .select("src", "dst", pl.col("share").alias("bytes"))
+    )
+    both = pl.concat([sends, spread])
+    out = both.group_by("src", "dst").agg((pl.col("bytes").sum() / steps).alias("bytes_per_step")).sort("src", "dst")
+    return out, left_out
+
+
+# ---------------------------------------------------------------- compare
+def step_and_exposed(steps: pl.DataFrame, by_dimension: pl.DataFrame, by_tier: pl.DataFrame) -> pl.DataFrame:
+    """What compare puts side by side: metric, value_ns (means per rank-step)."""
+    step_ns = (steps["end_ns"] - steps["start_ns"]).mean() if steps.height else None
+    rows = [("step time", step_ns)]
+    rows += [("exposed comm (total)", steps["exposed_comm_ns"].mean() if steps.height else None)]
+    rows += [(f"exposed · dimension {r['dimension']}", r["exposed_ns"]) for r in by_dimension.iter_rows(named=True)]
+    rows += [(f"exposed · tier {r['tier']}", r["exposed_ns"]) for r in by_tier.iter_rows(named=True)]
+    return pl.DataFrame({"metric": [m for m, _ in rows], "value_ns": [v for _, v in rows]},
+                        schema={"metric": pl.String, "value_ns": pl.Float64})
+
+
+def compare(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    """metric, a_ns, b_ns, delta_ns (b - a), delta_pct; metrics missing on one side count as 0."""
+    out = a.rename({"value_ns": "a_ns"}).join(b.rename({"value_ns": "b_ns"}), on="metric", how="full",
+                                              coalesce=True, maintain_order="left")
+    out = out.with_columns(pl.col("a_ns").fill_null(0.0), pl.col("b_ns").fill_null(0.0))
+    return out.with_columns(
+        (pl.col("b_ns") - pl.col("a_ns")).alias("delta_ns"),
+        pl.when(pl.col("a_ns") != 0).then(100.0 * (pl.col("b_ns") - pl.col("a_ns")) / pl.col("a_ns"))
+        .alias("delta_pct"),
+    )

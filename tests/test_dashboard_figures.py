@@ -1,0 +1,169 @@
+"""Figure builders and transforms on the 4-rank sample run and a small synthetic run."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import commprof
+from commprof.dashboard import figures, transforms
+from commprof.dashboard.cache import RunCache
+from commprof.synth_run import SynthSpec, expected_parts, make_run
+
+SPEC = SynthSpec(ranks=16, steps=3, layout=(4, 2, 2), straggler_rank=5)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> RunCache:
+    root = tmp_path_factory.mktemp("figs")
+    sample = root / "sample"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "gloo_4rank_profiler", sample,
+                    ignore=shutil.ignore_patterns("tables"))
+    synth = make_run(root / "synth", ranks=16, steps=3, layout=(4, 2, 2), straggler_rank=5)
+    return RunCache({"sample": commprof.open_run(sample), "synth": commprof.open_run(synth)})
+
+
+@pytest.mark.parametrize("key", ["sample", "synth"])
+def test_breakdown_bars_add_up_to_step_time(runs: RunCache, key: str) -> None:
+    summary = runs.analysis(key).rank_summary()
+    fig = figures.breakdown_figure(summary)
+    assert [t.name for t in fig.data] == ["compute", "overlapped comm", "exposed comm", "memory", "idle"]
+    stacked = np.sum([np.asarray(t.y) for t in fig.data], axis=0)
+    # each part is a mean rounded to the ns on its own: at most 5 ns off
+    assert np.allclose(stacked, summary["step_ns"].to_numpy() / 1e6, atol=5e-6)
+
+
+def test_breakdown_synth_is_exact(runs: RunCache) -> None:
+    fig = figures.breakdown_figure(runs.analysis("synth").rank_summary())
+    exposed = dict(zip(fig.data[2].x, fig.data[2].y, strict=True))
+    assert exposed["5"] == pytest.approx(expected_parts(SPEC, 5).exposed_comm_ns / 1e6)
+    assert exposed["4"] == pytest.approx(expected_parts(SPEC, 4).exposed_comm_ns / 1e6)
+
+
+@pytest.mark.parametrize("key", ["sample", "synth"])
+def test_exposed_by_dimension_and_tier(runs: RunCache, key: str) -> None:
+    a = runs.analysis(key)
+    for by in ("dimension", "tier"):
+        frame = runs.exposed_by(key, by)
+        # the per-group shares add up to the ranks' exposed totals
+        assert frame["exposed_ns"].sum() == pytest.approx(a.steps["exposed_comm_ns"].mean(), rel=1e-9)
+        fig = figures.exposed_by_figure(frame, by)
+        assert list(fig.data[0].x) == frame[by].to_list()
+        assert any("not classified yet" in (ann.text or "") for ann in fig.layout.annotations)
+
+
+@pytest.mark.parametrize("key", ["sample", "synth"])
+def test_timeline_full_window_is_bounded(runs: RunCache, key: str) -> None:
+    base = runs.timeline_base(key)
+    bins = 200
+    segs = transforms.timeline_segments(base, (base.origin_ns, base.end_ns), None, bins)
+    per_lane = segs.group_by("row", "category").len()
+    assert per_lane["len"].max() <= bins
+    fig = figures.timeline_figure(segs, base.rows, base.origin_ns, (base.origin_ns, base.end_ns))
+    names = {t.name for t in fig.data}
+    assert "compute" in names and "exposed part" in names and any(n.startswith("comm · ") for n in names)
+    for trace in fig.data:
+        rows = np.asarray(trace.y, dtype=float)
+        rows = rows[~np.isnan(rows)]
+        counts = np.unique(np.round(rows, 2), return_counts=True)[1]
+        assert counts.max() <= 2 * bins  # two points (start, end) per segment per lane
+
+
+def test_timeline_exposed_marks_match_analysis(runs: RunCache) -> None:
+    base = runs.timeline_base("synth")
+    step = base.steps.row(1, named=True)
+    segs = transforms.timeline_segments(base, (step["start_ns"], step["end_ns"]), [5], 100_000)
+    exposed = segs.filter(pl.col("category") == "exposed")
+    total = int((exposed["end_ns"] - exposed["start_ns"]).sum())
+    assert total == expected_parts(SPEC, 5).exposed_comm_ns
+    hovers = segs.filter(pl.col("category").str.starts_with("comm:"))["hover"].to_list()
+    assert any("all_reduce" in h and "exposed 100.0 µs" in h for h in hovers)
+
+
+def test_merge_to_bins_closes_small_gaps() -> None:
+    s, e = transforms.merge_to_bins([0, 15, 40, 300], [10, 20, 50, 310], 0, 1000, 100)  # bin = 10 ns
+    assert s.tolist() == [0, 40, 300] and e.tolist() == [20, 50, 310]
+    s, e = transforms.merge_to_bins([5], [6], 0, 1000, 10)  # a 1 ns piece is widened to one bin
+    assert (e - s).tolist() == [100]
+
+
+def test_skew_finds_the_straggler(runs: RunCache) -> None:
+    delays, worst = runs.skew("synth")
+    assert worst is not None and worst[0] == 5
+    tp = delays.filter(pl.col("key").str.starts_with("pg 2 seq"))  # rank 5's TP group is pg 2
+    assert tp.filter(pl.col("rank") == 5)["delay_ns"].to_list() == [50_000] * 3
+    assert set(tp.filter(pl.col("rank") != 5)["delay_ns"].to_list()) == {0}
+    fig = figures.skew_figure(delays, worst)
+    assert fig.data[0].type == "heatmap"
+    assert any("straggler: rank 5" in (a.text or "") for a in fig.layout.annotations)
+
+
+def test_skew_without_seq_matches_by_ordinal(runs: RunCache) -> None:
+    delays, worst = runs.skew("sample")
+    assert delays.height > 0 and worst is not None
+    assert delays["key"].str.contains("#").all()  # the sample's Gloo ops carry no seq
+    assert delays.group_by("key").agg(pl.col("delay_ns").min())["delay_ns"].to_list() == [0] * delays[
+        "key"].n_unique()
+
+
+def test_traffic_rule(runs: RunCache) -> None:
+    matrix, left_out = runs.traffic("synth")
+    assert left_out == 0
+    cell = dict(((s, d), b) for s, d, b in matrix.iter_rows())
+    # rank 0: TP all-reduce 16 MiB spread over its 3 TP peers, DP all-reduce 256 MiB to its one DP peer
+    assert cell[(0, 1)] == pytest.approx((16 << 20) / 3)
+    assert cell[(0, 4)] == pytest.approx(256 << 20)
+    assert cell[(0, 8)] == pytest.approx(8 << 20)  # pipeline send to the next stage; recv not counted again
+    assert (8, 0) not in cell
+    fig = figures.traffic_figure(matrix, list(range(16)))
+    assert np.asarray(fig.data[0].z).shape == (16, 16)
+    _, sample_left_out = runs.traffic("sample")
+    assert sample_left_out > 0  # the sample's Gloo ops name no process group
+
+
+def test_topology_links_by_group(runs: RunCache) -> None:
+    links = runs.links("synth")
+    assert set(links.filter(pl.col("a") == 0)["b"].to_list()) >= {1, 3, 4, 8}
+    fig = figures.topology_figure(runs.analysis("synth").ranks, links)
+    markers = next(t for t in fig.data if t.name == "rank")
+    assert len(markers.x) == 16
+    assert len(fig.layout.shapes) == 2  # one box per host
+    sample_fig = figures.topology_figure(runs.analysis("sample").ranks, runs.links("sample"))
+    assert len(sample_fig.layout.shapes) == 1
+
+
+def test_busbw_scatter_and_peaks(runs: RunCache) -> None:
+    calls = runs.analysis("synth").collectives
+    fig = figures.busbw_figure(calls)
+    assert fig.layout.xaxis.type == "log"
+    assert sum(len(t.x) for t in fig.data) == calls.filter(pl.col("busbw_gbps").is_not_null()).height
+    tiered = calls.with_columns(pl.lit("nvlink").alias("tier"))
+    assert any(s.y0 == 450.0 for s in figures.busbw_figure(tiered).layout.shapes)
+    unsized = calls.with_columns(pl.lit(None, pl.Float64).alias("busbw_gbps"))
+    assert "no calls" in figures.busbw_figure(unsized).layout.annotations[0].text
+
+
+def test_compare_deltas(runs: RunCache) -> None:
+    deltas = transforms.compare(runs.compare_values("sample"), runs.compare_values("synth"))
+    step = deltas.filter(pl.col("metric") == "step time").row(0, named=True)
+    assert step["b_ns"] == pytest.approx(2_000_000)
+    assert step["delta_ns"] == pytest.approx(step["b_ns"] - step["a_ns"])
+    fig = figures.compare_figure(deltas, "sample", "synth")
+    assert [t.name for t in fig.data] == ["sample", "synth"]
+    assert list(fig.data[0].y) == deltas["metric"].to_list()
+
+
+def test_dimension_colours_when_classified(runs: RunCache) -> None:
+    cached = runs.timeline_base("synth")
+    base = dataclasses.replace(  # a copy: the cached base stays as it is
+        cached, calls=cached.calls.with_columns(pl.lit("tp").alias("dimension")),
+        boxes=cached.boxes.with_columns(pl.col("category").str.replace("comm:unknown", "comm:tp")))
+    segs = transforms.timeline_segments(base, (base.origin_ns, base.end_ns), [0], 500)
+    fig = figures.timeline_figure(segs, base.rows, base.origin_ns, (base.origin_ns, base.end_ns))
+    tp = next(t for t in fig.data if t.name == "comm · tp")
+    assert tp.line.color == "#1f77b4"

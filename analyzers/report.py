@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
+from commprof.analyzers.classify import Layout, check_layout, classify_dimensions
+from commprof.analyzers.efficiency import efficiency_expr, with_peaks
 from commprof.analyzers.overlap import PG_STEPS_SCHEMA, STEPS_SCHEMA, OverlapSettings, analyze_rank
+from commprof.analyzers.tiers import TierSettings, group_tiers
 
 if TYPE_CHECKING:
     from commprof.run import Run
@@ -20,6 +23,10 @@ UNKNOWN = "unknown"
 class AnalysisSettings:
     hta_compat: bool = False
     top: int = 10
+    layout: Layout | None = None  # --layout: decides dimensions before names and structure
+    network: str | None = None  # --network ib|roce|ethernet: groups across nodes when nothing else says
+    gpus_per_node: int | None = None  # --gpus-per-node: hosts = rank // N when traces carry none
+    peaks: dict[str, float] = field(default_factory=dict)  # --peak: GB/s per tier, over the defaults
 
 
 @dataclass
@@ -109,6 +116,42 @@ class Analysis:
         )
         return out.sort(pl.col("exposed_total_ns").fill_null(0), descending=True)
 
+    def dimension_tier(self) -> pl.DataFrame:
+        """Per (dimension, tier): ops, bytes, comm and exposed time per rank-step (averaged over *all*
+        analyzed rank-steps, so the rows' exposed shares add up to the run's exposed share of the step),
+        exposed share of step time (%), time-weighted busbw and efficiency."""
+        coll = self._analyzed()
+        rank_steps = max(self.steps.height, 1)
+        step_ns = (self.steps["end_ns"] - self.steps["start_ns"]).sum() if self.steps.height else 0
+        keys = ["dimension", "tier"]
+        groups = self.process_groups.select("pg", *keys)
+        traffic = _bandwidth_agg(coll.group_by(*keys)).with_columns(
+            pl.col(k).fill_null(UNKNOWN) for k in keys)
+        time = (
+            self.pg_steps.join(groups, on="pg", how="left")
+            .with_columns(pl.col(k).fill_null(UNKNOWN) for k in keys)
+            .group_by(*keys)
+            .agg(pl.col("comm_ns").sum().alias("_comm"), pl.col("exposed_ns").sum().alias("_exposed"))
+        )
+        n_groups = coll.group_by(*keys).agg(pl.col("pg").filter(pl.col("pg") != UNKNOWN).n_unique().alias("groups"))
+        return (
+            traffic.join(time, on=keys, how="full", coalesce=True)
+            .join(n_groups, on=keys, how="left")
+            .select(
+                *keys,
+                pl.col("groups").fill_null(0),
+                (pl.col("count").fill_null(0) / rank_steps).alias("ops_per_step"),
+                (pl.col("bytes").fill_null(0) / rank_steps).alias("bytes_per_step"),
+                (pl.col("_comm").fill_null(0) / rank_steps).alias("comm_ns_per_step"),
+                (pl.col("_exposed").fill_null(0) / rank_steps).alias("exposed_ns_per_step"),
+                (100.0 * pl.col("_exposed").fill_null(0) / step_ns if step_ns else pl.lit(None, pl.Float64))
+                .alias("exposed_pct_of_step"),
+                "busbw_gbps",
+                "efficiency",
+            )
+            .sort("exposed_ns_per_step", *keys, descending=[True, False, False])
+        )
+
 
 def _bw_exprs() -> list[pl.Expr]:
     n = pl.col("group_size").cast(pl.Float64)
@@ -124,7 +167,16 @@ def _bw_exprs() -> list[pl.Expr]:
              dur.filter(pl.col("bytes").is_not_null()).sum()).alias("algbw_gbps"),
         gbps((pl.col("bytes") * factor).filter(factor.is_not_null()).sum(),
              dur.filter(pl.col("bytes").is_not_null() & factor.is_not_null()).sum()).alias("busbw_gbps"),
+        _efficiency_agg(factor, dur),
     ]
+
+
+def _efficiency_agg(factor: pl.Expr, dur: pl.Expr) -> pl.Expr:
+    """Time-weighted busbw / peak over calls whose bytes, factor and peak are known: equal to
+    busbw_gbps / peak_gbps when the calls share one peak."""
+    if_known = pl.col("bytes").is_not_null() & factor.is_not_null() & (pl.col("peak_gbps") > 0)
+    eff = gbps((pl.col("bytes") * factor / pl.col("peak_gbps")).filter(if_known).sum(), dur.filter(if_known).sum())
+    return pl.when(eff.is_nan()).then(None).otherwise(eff).alias("efficiency")
 
 
 def _bandwidth_agg(grouped: pl.dataframe.group_by.GroupBy, bytes_col: bool = True) -> pl.DataFrame:
@@ -138,20 +190,34 @@ def _bandwidth_agg(grouped: pl.dataframe.group_by.GroupBy, bytes_col: bool = Tru
     )
 
 
-def _classified_groups(run: Run) -> pl.DataFrame:
-    """Process groups with dimension and tier columns. Classification fills them in when it knows;
-    until then they are ``unknown`` with no source."""
-    pgs = run.process_groups
-    hosts = dict(zip(run.ranks["rank"].to_list(), run.ranks["host"].to_list(), strict=True))
-    nodes = [len({hosts[r] for r in ranks if hosts.get(r)}) or None for ranks in pgs["ranks"].to_list()]
-    return pgs.with_columns(
-        pl.lit(UNKNOWN).alias("dimension"),
-        pl.lit(None, pl.String).alias("dimension_source"),
-        pl.lit(None, pl.Float64).alias("confidence"),
-        pl.lit(UNKNOWN).alias("tier"),
-        pl.lit(None, pl.String).alias("tier_source"),
-        pl.Series("nodes_spanned", nodes, dtype=pl.Int32),
+def _classified_groups(
+    run: Run, settings: AnalysisSettings | None = None, collectives: pl.DataFrame | None = None,
+    steps: pl.DataFrame | None = None, warnings: list[str] | None = None,
+) -> pl.DataFrame:
+    """Process groups with their tier (analyzers/tiers.py), dimension (analyzers/classify.py) and the
+    tier's peak bandwidth (analyzers/efficiency.py)."""
+    settings = settings or AnalysisSettings()
+    world = run.world_size
+    if settings.layout is not None:
+        check_layout(settings.layout, world)
+    pgs: pl.DataFrame = run.process_groups
+    pg_ops: dict[str, set[str]] = {}
+    if collectives is not None and collectives.height:
+        ops = collectives.filter(pl.col("pg").is_not_null()).group_by("pg").agg(pl.col("op").unique())
+        pg_ops = {r["pg"]: set(r["op"]) for r in ops.iter_rows(named=True)}
+    tiers, tier_warnings = group_tiers(
+        pgs, run.ranks, run.path if run.path.is_dir() else None,
+        TierSettings(settings.network, settings.gpus_per_node), world, pg_ops,
     )
+    if warnings is not None:
+        warnings.extend(tier_warnings)
+    pgs = pgs.join(tiers, on="pg", how="left")
+    pgs = classify_dimensions(pgs, collectives, steps, world, settings.layout, pgs["nodes_spanned"].to_list())
+    gpu_name = next(iter(run.ranks["gpu_name"].drop_nulls().to_list()), None)
+    pgs = with_peaks(pgs, gpu_name, settings.peaks)
+    order = ["pg", "desc", "ranks", "size", "backend", "dimension", "dimension_source", "confidence", "tier",
+             "tier_source", "nodes_spanned"]
+    return pgs.select(order + [c for c in pgs.columns if c not in order])
 
 
 def analyze(run: Run, settings: AnalysisSettings) -> Analysis:
@@ -166,8 +232,9 @@ def analyze(run: Run, settings: AnalysisSettings) -> Analysis:
         colls.append(result.collectives)
         pg_steps.append(result.pg_steps)
         warnings.extend(result.warnings)
-    pgs = _classified_groups(run)
     collectives = pl.concat(colls, how="vertical_relaxed") if colls else pl.DataFrame()
+    steps_frame = pl.concat(steps) if steps else pl.DataFrame(schema=STEPS_SCHEMA)
+    pgs = _classified_groups(run, settings, collectives, steps_frame, warnings)
     if collectives.height:
         collectives = _with_group_columns(collectives, pgs)
         unknown_bytes = collectives.filter(pl.col("bytes").is_null()).height
@@ -179,7 +246,7 @@ def analyze(run: Run, settings: AnalysisSettings) -> Analysis:
     return Analysis(
         settings=settings,
         ranks=run.ranks,
-        steps=pl.concat(steps) if steps else pl.DataFrame(schema=STEPS_SCHEMA),
+        steps=steps_frame,
         collectives=collectives,
         pg_steps=pl.concat(pg_steps) if pg_steps else pl.DataFrame(schema=PG_STEPS_SCHEMA),
         process_groups=pgs,
@@ -189,7 +256,7 @@ def analyze(run: Run, settings: AnalysisSettings) -> Analysis:
 
 def _with_group_columns(collectives: pl.DataFrame, pgs: pl.DataFrame) -> pl.DataFrame:
     """Fill group size from the process group, attach dimension/tier, compute algbw/busbw per call."""
-    info = pgs.select("pg", pl.col("size").alias("_pg_size"), "dimension", "tier")
+    info = pgs.select("pg", pl.col("size").alias("_pg_size"), "dimension", "tier", "peak_gbps")
     out = (
         collectives.join(info, on="pg", how="left")
         .with_columns(
@@ -205,4 +272,4 @@ def _with_group_columns(collectives: pl.DataFrame, pgs: pl.DataFrame) -> pl.Data
     return out.with_columns(
         gbps(pl.col("bytes"), dur).alias("algbw_gbps"),
         (gbps(pl.col("bytes"), dur) * factor).alias("busbw_gbps"),
-    )
+    ).with_columns(efficiency_expr(pl.col("busbw_gbps"), pl.col("peak_gbps")).alias("efficiency"))

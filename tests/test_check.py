@@ -93,8 +93,16 @@ def _classify(report: dict[str, Any]) -> None:
             row["dimension"], row["tier"] = "tp", "nvlink"
 
 
-def test_dimension_and_tier_rules_skip_until_classified(cli: Callable[..., Result], synth: Path) -> None:
-    result = cli("check", str(synth), "-r", "dimension.tp.max_exposed_comm_pct=5",
+def _unclassify(report: dict[str, Any]) -> None:
+    for row in [*report["process_groups"], *report["collectives_summary"], *report["top_collectives"]]:
+        row["dimension"], row["tier"] = "unknown", "unknown"
+
+
+def test_dimension_and_tier_rules_skip_when_nothing_is_classified(
+    cli: Callable[..., Result], synth: Path, tmp_path: Path
+) -> None:
+    report = _report(cli, synth, tmp_path / "unclassified.json", _unclassify)
+    result = cli("check", str(report), "-r", "dimension.tp.max_exposed_comm_pct=5",
                  "-r", "tier.nvlink.min_busbw_efficiency=0.6", "--format", "json")
     assert result.exit_code == 0
     assert {r["status"] for r in _json(result)["rules"]} == {"skip"}

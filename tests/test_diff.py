@@ -19,13 +19,13 @@ def test_diff_known_changes(cli: Callable[..., Result], tmp_path: Path) -> None:
     doc = json.loads(result.stdout)
     assert doc["totals"]["step_ns"] == {"a": 2_000_000, "b": 3_000_000, "delta": 1_000_000, "delta_pct": 50.0}
     assert doc["totals"]["exposed_comm_ns"]["delta"] == 1_000_000
-    dim = doc["dimensions"]["unknown"]
+    dim = doc["dimensions"]["world"]  # the synthetic run's one group is default_pg
     assert dim["exposed_ns_per_step"]["a"] == pytest.approx(500_000)
     assert dim["exposed_ns_per_step"]["b"] == pytest.approx(1_500_000)
     assert dim["bytes_per_step"]["a"] == dim["bytes_per_step"]["b"] == 4 * (1 << 20)
     # the same 4 MiB in three times as long: a third of the bus bandwidth
     assert dim["busbw_gbps"]["b"] == pytest.approx(dim["busbw_gbps"]["a"] / 3, rel=1e-3)
-    assert doc["tiers"]["unknown"]["comm_ns_per_step"]["delta"] == pytest.approx(1_000_000)
+    assert doc["tiers"]["nvlink"]["comm_ns_per_step"]["delta"] == pytest.approx(1_000_000)
     assert doc["findings"] == {"new": [], "gone": []}
 
 

@@ -15,6 +15,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -113,7 +114,9 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
 def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable[[], None],
                 sidecars: list[dict[str, Any]]) -> list[dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
-    if len(todo) > 1 and jobs > 1:
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    # "spawn" re-imports the caller's main script: one that is not a file (python -, -c) cannot be
+    if len(todo) > 1 and jobs > 1 and (main_file is None or os.path.exists(main_file)):
         _parse_in_workers(todo, cache, jobs, on_done, sidecars, results)
     for entry in todo:
         if entry.rel not in results:

@@ -66,13 +66,16 @@ def build(run: Run, analysis: Analysis) -> dict[str, Any]:
             "comm_ns_per_step": _int(g["comm_ns_per_step"]),
             "exposed_ns_per_step": _int(g["exposed_ns_per_step"]),
             "busbw_gbps": g["busbw_gbps"],
+            "peak_gbps": g.get("peak_gbps"),
+            "efficiency": g.get("efficiency"),
+            "nccl_comm": g.get("nccl_comm"),
         })
     summary = [
         {
             "pg": c["pg"], "dimension": c["dimension"], "tier": c["tier"], "op": c["op"],
             "count": c["count"], "bytes": c["bytes"], "comm_ns": c["comm_ns"],
             "overlapped_ns": _int(c["overlapped_ns"]), "exposed_ns": _int(c["exposed_ns"]),
-            "algbw_gbps": c["algbw_gbps"], "busbw_gbps": c["busbw_gbps"],
+            "algbw_gbps": c["algbw_gbps"], "busbw_gbps": c["busbw_gbps"], "efficiency": c.get("efficiency"),
         }
         for c in analysis.collectives_summary().iter_rows(named=True)
     ]
@@ -80,9 +83,19 @@ def build(run: Run, analysis: Analysis) -> dict[str, Any]:
         {
             "pg": c["pg"], "dimension": c["dimension"], "tier": c["tier"], "op": c["op"], "bytes": c["bytes"],
             "count": c["count"], "comm_ns": c["comm_ns"], "exposed_ns": _int(c["exposed_ns"]),
-            "busbw_gbps": c["busbw_gbps"],
+            "busbw_gbps": c["busbw_gbps"], "efficiency": c.get("efficiency"),
         }
         for c in analysis.top_collectives().iter_rows(named=True)
+    ]
+    dimension_tier = [
+        {
+            "dimension": d["dimension"], "tier": d["tier"], "groups": d["groups"],
+            "ops_per_step": d["ops_per_step"], "bytes_per_step": _int(d["bytes_per_step"]),
+            "comm_ns_per_step": _int(d["comm_ns_per_step"]), "exposed_ns_per_step": _int(d["exposed_ns_per_step"]),
+            "exposed_pct_of_step": d["exposed_pct_of_step"], "busbw_gbps": d["busbw_gbps"],
+            "efficiency": d["efficiency"],
+        }
+        for d in analysis.dimension_tier().iter_rows(named=True)
     ]
     totals = _totals(ranks)
     report: dict[str, Any] = _clean({
@@ -97,15 +110,22 @@ def build(run: Run, analysis: Analysis) -> dict[str, Any]:
             "mode": sorted(set(run.ranks["mode"].drop_nulls().to_list())),
             "hta_compat": analysis.settings.hta_compat,
             "synthetic": bool((run.manifest or {}).get("synthetic", False)),
+            "layout": _layout(analysis),
         },
         "totals": totals,
         "ranks": ranks,
         "process_groups": groups,
         "collectives_summary": summary,
         "top_collectives": top,
+        "dimension_tier": dimension_tier,
         "warnings": analysis.warnings,
     })
     return report
+
+
+def _layout(analysis: Analysis) -> dict[str, Any] | None:
+    layout = analysis.settings.layout
+    return None if layout is None else {"sizes": dict(layout.sizes), "order": list(layout.order)}
 
 
 def _totals(ranks: list[dict[str, Any]]) -> dict[str, Any]:

@@ -30,6 +30,10 @@ def fmt_gbps(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
+def fmt_eff(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
 def fmt_ranks(ranks: list[int] | None) -> str:
     if not ranks:
         return "?"
@@ -51,8 +55,11 @@ def _op_mix(mix: dict[str, int]) -> str:
 
 RANK_COLUMNS = ["rank", "steps", "step ms", "compute", "overlapped", "exposed", "memory", "idle", "overlap"]
 PG_COLUMNS = ["pg", "desc", "ranks", "dim", "tier", "calls", "bytes/step", "comm ms/step", "exposed ms/step",
-              "busbw GB/s"]
-TOP_COLUMNS = ["pg", "op", "bytes", "calls", "comm ms", "exposed ms", "busbw GB/s"]
+              "busbw GB/s", "eff"]
+TOP_COLUMNS = ["pg", "op", "bytes", "calls", "comm ms", "exposed ms", "busbw GB/s", "eff"]
+DIM_TIER_COLUMNS = ["dim", "tier", "groups", "ops/step", "bytes/step", "comm ms/step", "exposed ms/step",
+                    "share of step", "busbw GB/s", "eff"]
+DIM_TIER_TITLE = "Communication by dimension and tier (per rank and step; share = exposed / step time)"
 
 
 def rank_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -68,7 +75,7 @@ def pg_rows(report: dict[str, Any]) -> list[list[str]]:
     return [
         [str(g["pg"]), g["desc"] or "-", fmt_ranks(g["ranks"]), g["dimension"], g["tier"], _op_mix(g["op_mix"]),
          fmt_bytes(g["bytes_per_step"]), fmt_ms(g["comm_ns_per_step"]), fmt_ms(g["exposed_ns_per_step"]),
-         fmt_gbps(g["busbw_gbps"])]
+         fmt_gbps(g["busbw_gbps"]), fmt_eff(g.get("efficiency"))]
         for g in report["process_groups"]
     ]
 
@@ -76,8 +83,17 @@ def pg_rows(report: dict[str, Any]) -> list[list[str]]:
 def top_rows(report: dict[str, Any]) -> list[list[str]]:
     return [
         [str(c["pg"]), c["op"], fmt_bytes(c["bytes"]), str(c["count"]), fmt_ms(c["comm_ns"]),
-         fmt_ms(c["exposed_ns"]), fmt_gbps(c["busbw_gbps"])]
+         fmt_ms(c["exposed_ns"]), fmt_gbps(c["busbw_gbps"]), fmt_eff(c.get("efficiency"))]
         for c in report["top_collectives"]
+    ]
+
+
+def dimension_tier_rows(report: dict[str, Any]) -> list[list[str]]:
+    return [
+        [d["dimension"], d["tier"], str(d["groups"]), f"{d['ops_per_step']:,.1f}", fmt_bytes(d["bytes_per_step"]),
+         fmt_ms(d["comm_ns_per_step"]), fmt_ms(d["exposed_ns_per_step"]), fmt_pct(d["exposed_pct_of_step"]),
+         fmt_gbps(d["busbw_gbps"]), fmt_eff(d["efficiency"])]
+        for d in report.get("dimension_tier") or []
     ]
 
 
@@ -100,6 +116,7 @@ def render_text(report: dict[str, Any], console: Console) -> None:
     sections = [
         ("Step time per rank (mean ms per step)", RANK_COLUMNS, rank_rows(report)),
         ("Process groups", PG_COLUMNS, pg_rows(report)),
+        (DIM_TIER_TITLE, DIM_TIER_COLUMNS, dimension_tier_rows(report)),
         ("Top collectives by exposed time (all ranks)", TOP_COLUMNS, top_rows(report)),
     ]
     for title, columns, rows in sections:
@@ -131,6 +148,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     for title, columns, rows in [
         ("Step time per rank (mean ms per step)", RANK_COLUMNS, rank_rows(report)),
         ("Process groups", PG_COLUMNS, pg_rows(report)),
+        (DIM_TIER_TITLE, DIM_TIER_COLUMNS, dimension_tier_rows(report)),
         ("Top collectives by exposed time", TOP_COLUMNS, top_rows(report)),
     ]:
         if rows:

@@ -1,0 +1,329 @@
+"""The parallel dimension of every process group: tp, cp, ep, dp, pp, world or unknown.
+
+Three sources, in order of trust (DESIGN §3 "Dimension"); the first that decides wins and is recorded
+as ``dimension_source`` with a ``confidence`` (0-1):
+
+- ``layout`` (1.0): the user's ``--layout tp=8,pp=4,dp=16[,order=tp-cp-ep-dp-pp]``. Ranks are laid
+  out in ``order``, first dimension fastest (Megatron's default order). A group whose ranks equal one
+  of the layout's groups gets that dimension; the whole world is ``world``.
+- ``name`` (0.95): the group's description (DeviceMesh ``mesh_<dim>``, torchtitan's dims, Megatron-Core's
+  ``*_GROUP`` names, ``default_pg``).
+- ``structure`` (0.5-0.8): the ranks and the traffic (see ``_structure``).
+
+A group that spans several dimensions (``mesh_dp_cp``, ``TENSOR_AND_DATA_PARALLEL_GROUP``, a layout
+group over tp and dp) is reported as the **outermost** of them in Megatron's order tp-cp-ep-dp-pp:
+its traffic crosses that dimension's links, the slowest ones in a good layout. So ``dp_cp`` → dp,
+``TENSOR_AND_DATA_PARALLEL_GROUP`` → dp, ``MODEL_PARALLEL_GROUP`` (tp×pp) → pp, and
+``EMBEDDING_GROUP`` (first and last pipeline stage) → pp.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from commprof.errors import UsageError
+
+DIMENSIONS = ("tp", "cp", "ep", "dp", "pp", "world", "unknown")
+MEGATRON_ORDER = ("tp", "cp", "ep", "dp", "pp")
+LAYOUT_CONFIDENCE = 1.0
+NAME_CONFIDENCE = 0.95
+
+P2P_OPS = frozenset({"send", "recv", "send_recv"})
+REDUCING_OPS = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
+
+
+# ---------------------------------------------------------------------------------------------- layout
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes per dimension, laid out in ``order`` with the first dimension varying fastest."""
+
+    sizes: dict[str, int]
+    order: tuple[str, ...] = MEGATRON_ORDER
+
+    @property
+    def world_size(self) -> int:
+        return math.prod(self.sizes.values())
+
+    def _dims(self) -> list[tuple[str, int]]:
+        return [(d, self.sizes.get(d, 1)) for d in self.order]
+
+    def coords(self, rank: int) -> dict[str, int]:
+        out = {}
+        for dim, size in self._dims():
+            out[dim] = rank % size
+            rank //= size
+        return out
+
+    def groups(self, dims: tuple[str, ...]) -> list[tuple[int, ...]]:
+        """The groups that vary along ``dims`` (all other coordinates fixed), each sorted."""
+        by_key: dict[tuple[int, ...], list[int]] = {}
+        for rank in range(self.world_size):
+            c = self.coords(rank)
+            by_key.setdefault(tuple(c[d] for d in self.order if d not in dims), []).append(rank)
+        return [tuple(v) for v in by_key.values()]
+
+    def group_dimensions(self) -> dict[frozenset[int], str]:
+        """Every group of the layout -> its dimension: single dimensions first, then groups over several
+        dimensions (named after the outermost one); the whole world is ``world``."""
+        real = [d for d, size in self._dims() if size > 1]
+        out: dict[frozenset[int], str] = {frozenset(range(self.world_size)): "world"}
+        for n in range(1, len(real)):
+            for combo in itertools.combinations(real, n):
+                outer = max(combo, key=MEGATRON_ORDER.index)
+                for group in self.groups(combo):
+                    out.setdefault(frozenset(group), outer)
+        return out
+
+
+def parse_layout(text: str) -> Layout:
+    """``tp=8,pp=4,dp=16`` with an optional ``order=tp-cp-ep-dp-pp`` -> Layout. UsageError when a part
+    is malformed, a dimension is unknown or repeated, or the order leaves out a given dimension."""
+    sizes: dict[str, int] = {}
+    order: tuple[str, ...] = MEGATRON_ORDER
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not sep or not value:
+            raise UsageError(f"--layout: {part!r} is not dim=size (e.g. tp=8,pp=4,dp=16)")
+        if key == "order":
+            order = tuple(d.strip().lower() for d in re.split(r"[-,>/ ]+", value) if d.strip())
+            bad = [d for d in order if d not in MEGATRON_ORDER]
+            if bad or len(set(order)) != len(order):
+                raise UsageError(f"--layout: order {value!r} must list distinct dimensions out of "
+                                 f"{', '.join(MEGATRON_ORDER)}")
+            continue
+        if key not in MEGATRON_ORDER:
+            raise UsageError(f"--layout: unknown dimension {key!r}; known: {', '.join(MEGATRON_ORDER)} "
+                             "(FSDP/ZeRO shard and replicate are dp)")
+        if key in sizes:
+            raise UsageError(f"--layout: {key} given twice")
+        try:
+            size = int(value)
+        except ValueError:
+            raise UsageError(f"--layout: size of {key} must be a whole number, not {value!r}") from None
+        if size < 1:
+            raise UsageError(f"--layout: size of {key} must be at least 1, not {size}")
+        sizes[key] = size
+    if not sizes:
+        raise UsageError("--layout: give at least one dim=size (e.g. tp=8,pp=4,dp=16)")
+    missing = [d for d in sizes if d not in order]
+    if missing:
+        raise UsageError(f"--layout: order {'-'.join(order)} leaves out {', '.join(missing)}")
+    return Layout(sizes, order)
+
+
+def check_layout(layout: Layout, world_size: int | None) -> None:
+    if world_size is not None and layout.world_size != world_size:
+        detail = "×".join(f"{d}={s}" for d, s in layout.sizes.items())
+        raise UsageError(f"--layout: {detail} = {layout.world_size} ranks, but the run has world size {world_size}")
+
+
+# ----------------------------------------------------------------------------------------------- names
+
+# Megatron-Core's group names (parallel_state.py), as PyTorch >= 2.4 records them in pg_desc.
+MEGATRON_NAMES = {
+    "TENSOR_MODEL_PARALLEL_GROUP": "tp",
+    "PIPELINE_MODEL_PARALLEL_GROUP": "pp",
+    "DATA_PARALLEL_GROUP": "dp",
+    "DATA_PARALLEL_GROUP_WITH_CP": "dp",
+    "CONTEXT_PARALLEL_GROUP": "cp",
+    "EXPERT_MODEL_PARALLEL_GROUP": "ep",
+    "EXPERT_TENSOR_PARALLEL_GROUP": "tp",
+    "EXPERT_DATA_PARALLEL_GROUP": "dp",
+    "TENSOR_AND_DATA_PARALLEL_GROUP": "dp",  # spans tp and dp: the outermost, dp
+    "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP": "dp",
+    "TENSOR_AND_CONTEXT_PARALLEL_GROUP": "cp",
+    "TENSOR_AND_EXPERT_PARALLEL_GROUP": "ep",
+    "MODEL_PARALLEL_GROUP": "pp",  # tp × pp
+    "EMBEDDING_GROUP": "pp",  # first and last pipeline stage: rides the pipeline's links
+    "POSITION_EMBEDDING_GROUP": "pp",
+}
+# Words in other Megatron-style names -> the dimensions they mention (the outermost one wins).
+_MEGATRON_WORDS = (("DATA_PARALLEL", "dp"), ("PIPELINE", "pp"), ("EMBEDDING", "pp"), ("EXPERT_MODEL", "ep"),
+                   ("EXPERT_PARALLEL", "ep"), ("CONTEXT", "cp"), ("TENSOR", "tp"))
+# DeviceMesh dim names (torchtitan and others) -> dimension.
+_MESH_TOKENS = {"tp": "tp", "etp": "tp", "cp": "cp", "sp": "cp", "ep": "ep", "pp": "pp", "dp": "dp",
+                "fsdp": "dp", "hsdp": "dp", "ddp": "dp", "replicate": "dp", "shard": "dp", "efsdp": "dp",
+                "edp": "dp"}
+WORLD_NAMES = frozenset({"default_pg", "world", "global"})
+
+
+def dimension_from_name(desc: str | None) -> str | None:
+    """The dimension a group's description names, or None when it names none."""
+    if not desc:
+        return None
+    name = desc.strip()
+    if name.lower() in WORLD_NAMES:
+        return "world"
+    if name in MEGATRON_NAMES:
+        return MEGATRON_NAMES[name]
+    if name.isupper() and name.endswith(("_GROUP", "_GROUPS", "_GROUP_WITH_CP")):
+        found = [dim for word, dim in _MEGATRON_WORDS if word in name]
+        if "MODEL_PARALLEL" in name and not re.search(r"(TENSOR|EXPERT|PIPELINE)_MODEL_PARALLEL", name):
+            found += ["tp", "pp"]
+        return _outermost(found)
+    low = name.lower()
+    if low.startswith("mesh_") or low in _MESH_TOKENS:
+        tokens = re.split(r"[_\-]", low.removeprefix("mesh_"))
+        return _outermost([_MESH_TOKENS[t] for t in tokens if t in _MESH_TOKENS])
+    return None
+
+
+def _outermost(dims: list[str]) -> str | None:
+    return max(dims, key=MEGATRON_ORDER.index) if dims else None
+
+
+# ------------------------------------------------------------------------------------------- structure
+
+def group_traffic(collectives: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per process group: calls per rank-step, share of point-to-point and all-to-all calls, and the
+    mean message size of its reducing collectives (all-reduce, reduce-scatter, all-gather)."""
+    schema = {"pg": pl.String, "calls_per_step": pl.Float64, "p2p_share": pl.Float64,
+              "a2a_share": pl.Float64, "reducing_bytes": pl.Float64}
+    if collectives.height == 0 or "pg" not in collectives.columns:
+        return pl.DataFrame(schema=schema)
+    coll = collectives.filter(pl.col("pg").is_not_null())
+    if "step" in coll.columns and coll["step"].is_not_null().any():
+        coll = coll.filter(pl.col("step").is_not_null())
+    per_rank = (steps.group_by("rank").len().rename({"len": "n_steps"})
+                if steps is not None and steps.height else None)
+    pg_ranks = coll.select("pg", "rank").unique()
+    if per_rank is not None:
+        rank_steps = (pg_ranks.join(per_rank, on="rank", how="left")
+                      .group_by("pg").agg(pl.col("n_steps").fill_null(1).sum().alias("_rs")))
+    else:
+        rank_steps = pg_ranks.group_by("pg").agg(pl.len().alias("_rs"))
+    reducing = pl.col("op").is_in(list(REDUCING_OPS))
+    return (
+        coll.group_by("pg")
+        .agg(
+            pl.len().alias("_calls"),
+            pl.col("op").is_in(list(P2P_OPS)).mean().alias("p2p_share"),
+            (pl.col("op") == "all_to_all").mean().alias("a2a_share"),
+            pl.col("bytes").filter(reducing).mean().cast(pl.Float64).alias("reducing_bytes"),
+        )
+        .join(rank_steps, on="pg", how="left")
+        .with_columns((pl.col("_calls") / pl.col("_rs").clip(lower_bound=1)).alias("calls_per_step"))
+        .select(list(schema))
+    )
+
+
+def rank_pattern(ranks: list[int]) -> str:
+    """``contiguous`` (stride 1), ``strided`` (evenly spaced, stride > 1) or ``irregular``."""
+    rs = sorted(set(ranks))
+    if len(rs) < 2:
+        return "irregular"
+    stride = rs[1] - rs[0]
+    if any(b - a != stride for a, b in zip(rs, rs[1:], strict=False)):
+        return "irregular"
+    return "contiguous" if stride == 1 else "strided"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    dimension: str
+    source: str | None
+    confidence: float | None
+
+
+UNKNOWN_VERDICT = Verdict("unknown", None, None)
+
+
+def _vote(value: float | None, median: float | None, high: str, low: str) -> str | None:
+    if value is None or median is None or math.isnan(value) or value == median:
+        return None
+    return high if value > median else low
+
+
+def _structure(ranks: list[int], world_size: int | None, nodes: int | None, multi_node: bool,
+               traffic: dict[str, float | None] | None, medians: dict[str, float | None]) -> Verdict:
+    """Rules, first match wins:
+
+    - the whole world -> world (0.8);
+    - only point-to-point calls -> pp; all-to-all at least half of the calls -> ep (0.6, +0.1 for each
+      supporting sign: pp strided or across nodes; ep called more than once per step);
+    - otherwise tp against dp by votes: rank pattern (contiguous -> tp, strided -> dp), calls per
+      rank-step against the median of such groups (more -> tp, fewer -> dp), mean size of its
+      all-reduce / reduce-scatter / all-gather against the median (smaller -> tp, larger, gradient-sized
+      -> dp), and, in a multi-node run, one node -> tp, several -> dp. The majority wins (a tie goes to
+      the rank pattern); confidence 0.5 + 0.3 × (2 × agreeing / votes - 1), so 0.8 when all agree.
+    """
+    if world_size and len(set(ranks)) == world_size and world_size > 1:
+        return Verdict("world", "structure", 0.8)
+    pattern = rank_pattern(ranks)
+    t = traffic or {}
+    if t.get("p2p_share") == 1.0:
+        signs = [pattern != "contiguous", bool(nodes and nodes > 1)]
+        return Verdict("pp", "structure", round(0.6 + 0.1 * sum(signs), 2))
+    if (t.get("a2a_share") or 0.0) >= 0.5:
+        return Verdict("ep", "structure", round(0.6 + 0.1 * ((t.get("calls_per_step") or 0) > 1), 2))
+    votes = [{"contiguous": "tp", "strided": "dp"}.get(pattern),
+             _vote(t.get("calls_per_step"), medians.get("calls_per_step"), "tp", "dp"),
+             _vote(t.get("reducing_bytes"), medians.get("reducing_bytes"), "dp", "tp")]
+    if multi_node and nodes:
+        votes.append("tp" if nodes == 1 else "dp")
+    cast = [v for v in votes if v is not None]
+    if not cast:
+        return UNKNOWN_VERDICT
+    tp, dp = cast.count("tp"), cast.count("dp")
+    winner = "tp" if tp > dp else "dp" if dp > tp else (votes[0] or "unknown")
+    if winner == "unknown":
+        return UNKNOWN_VERDICT
+    agree = cast.count(winner)
+    return Verdict(winner, "structure", round(0.5 + 0.3 * (2 * agree / len(cast) - 1), 2))
+
+
+# --------------------------------------------------------------------------------------------- classify
+
+def classify_dimensions(
+    pgs: pl.DataFrame,
+    collectives: pl.DataFrame | None = None,
+    steps: pl.DataFrame | None = None,
+    world_size: int | None = None,
+    layout: Layout | None = None,
+    nodes_spanned: list[int | None] | None = None,
+) -> pl.DataFrame:
+    """``pgs`` (pg, desc, ranks, ...) with dimension, dimension_source and confidence columns."""
+    layout_groups = layout.group_dimensions() if layout is not None else {}
+    traffic = {r["pg"]: r for r in group_traffic(collectives, steps).iter_rows(named=True)} \
+        if collectives is not None else {}
+    nodes = nodes_spanned if nodes_spanned is not None else [None] * pgs.height
+    multi_node = any((n or 0) > 1 for n in nodes)
+    all_ranks = pgs["ranks"].to_list()
+    # medians over the groups that structure will weigh tp against dp: not world, not p2p, not a2a
+    candidates = [traffic[pg] for pg, ranks in zip(pgs["pg"].to_list(), all_ranks, strict=True)
+                  if pg in traffic and ranks and len(set(ranks)) != world_size
+                  and (traffic[pg]["p2p_share"] or 0) < 1 and (traffic[pg]["a2a_share"] or 0) < 0.5]
+    medians = {k: _median([c[k] for c in candidates]) for k in ("calls_per_step", "reducing_bytes")}
+    verdicts = []
+    for pg, desc, ranks, n in zip(pgs["pg"].to_list(), pgs["desc"].to_list(), all_ranks, nodes, strict=True):
+        ranks = list(ranks or [])
+        if ranks and frozenset(ranks) in layout_groups:
+            verdicts.append(Verdict(layout_groups[frozenset(ranks)], "layout", LAYOUT_CONFIDENCE))
+        elif (named := dimension_from_name(desc)) is not None:
+            verdicts.append(Verdict(named, "name", NAME_CONFIDENCE))
+        elif ranks:
+            verdicts.append(_structure(ranks, world_size, n, multi_node, traffic.get(pg), medians))
+        else:
+            verdicts.append(UNKNOWN_VERDICT)
+    return pgs.with_columns(
+        pl.Series("dimension", [v.dimension for v in verdicts], dtype=pl.String),
+        pl.Series("dimension_source", [v.source for v in verdicts], dtype=pl.String),
+        pl.Series("confidence", [v.confidence for v in verdicts], dtype=pl.Float64),
+    )
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not known:
+        return None
+    mid = len(known) // 2
+    return known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2

@@ -1,0 +1,346 @@
+"""The link tier of every process group (and so of every collective: the slowest link it crosses).
+
+Sources, first that knows wins (recorded as ``tier_source``):
+
+1. ``nccl_log``: the group's NCCL communicator, found in the run's NCCL logs. Communicator members are
+   logged as (host, pid, cudaDev) with communicator-local ranks; the traces and the manifest give each
+   rank's host and pid, so each communicator gets a set of *global* ranks. A group and a communicator
+   match when their rank sets are equal; when several communicators share a rank set (PyTorch gives
+   point-to-point pairs their own), the one whose logged COLL ops fit the group's traced ops is taken.
+   Its tier is what ``commprof.nccl`` decided from the transports (slowest link), and the speed of
+   the NICs it uses is kept for the efficiency peak.
+2. ``topology``: the run's ``raw/topology/<host>.json`` captures: ``nvidia-smi topo -m`` for a group
+   inside one host (NV# between all its GPUs -> nvlink, else PIX/PXB/PHB/NODE/SYS -> pcie), active
+   InfiniBand ports for a group across hosts (link layer InfiniBand -> ib, Ethernet -> roce).
+3. ``hosts``: where the group's ranks run. Gloo inside one host -> loopback; Gloo across hosts ->
+   ethernet (Gloo always speaks TCP).
+4. ``assumed``: nothing measured it. NCCL inside one host -> nvlink (multi-GPU training servers have
+   NVLink); across hosts -> what ``--network`` states, else ``unknown``. Host placement inferred from
+   ``--gpus-per-node`` (rank // N) is assumed as well.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from commprof.errors import CommprofError, UsageError
+
+NETWORKS = ("ib", "roce", "ethernet")
+NCCL_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
+            "Broadcast": "broadcast", "Reduce": "reduce", "Send": "send", "Recv": "recv",
+            "AlltoAll": "all_to_all", "Gather": "gather", "Scatter": "scatter"}
+GROUP_TIER_SCHEMA = {"pg": pl.String, "tier": pl.String, "tier_source": pl.String, "nodes_spanned": pl.Int32,
+                     "nccl_comm": pl.String, "link_gbps": pl.Float64}
+
+
+@dataclass(frozen=True)
+class TierSettings:
+    network: str | None = None  # ib | roce | ethernet: what links groups across nodes, when nothing says
+    gpus_per_node: int | None = None  # hosts = rank // N when the traces carry none
+
+    def __post_init__(self) -> None:
+        if self.network is not None and self.network not in NETWORKS:
+            raise UsageError(f"--network must be one of {', '.join(NETWORKS)}, not {self.network!r}")
+        if self.gpus_per_node is not None and self.gpus_per_node < 1:
+            raise UsageError("--gpus-per-node must be at least 1")
+
+
+@dataclass
+class Placement:
+    """Each rank's host (None when unknown), whether hosts were assumed, and its local GPU index."""
+
+    host: dict[int, str | None]
+    assumed: bool
+    gpu: dict[int, int | None] = field(default_factory=dict)
+
+    def hosts_of(self, ranks: list[int]) -> set[str] | None:
+        hosts = {self.host.get(r) for r in ranks}
+        return None if None in hosts or not hosts else {h for h in hosts if h is not None}
+
+
+def short_host(host: str | None) -> str | None:
+    """A hostname as NCCL prints it: cut at the first '.', '%' and '/' turned into '-'."""
+    if not host or host == "?":
+        return None
+    return host.split(".")[0].replace("%", "-").replace("/", "-")
+
+
+def _gpu_index(device: str | None, local_rank: int | None) -> int | None:
+    m = re.search(r"(\d+)$", device or "")
+    return int(m.group(1)) if m else local_rank
+
+
+def placement(ranks: pl.DataFrame, gpus_per_node: int | None) -> Placement:
+    host: dict[int, str | None] = {}
+    gpu: dict[int, int | None] = {}
+    for r in ranks.iter_rows(named=True):
+        host[r["rank"]] = short_host(r["host"])
+        gpu[r["rank"]] = _gpu_index(r["device"], r["local_rank"])
+    assumed = False
+    if gpus_per_node and all(h is None for h in host.values()):
+        host = {r: f"node{r // gpus_per_node}" for r in host}
+        gpu = {r: g if g is not None else r % gpus_per_node for r, g in gpu.items()}
+        assumed = True
+    return Placement(host, assumed, gpu)
+
+
+# ------------------------------------------------------------------------------------------ NCCL logs
+
+@dataclass
+class CommInfo:
+    comm_id: str
+    ranks: frozenset[int]
+    tier: str
+    ops: set[str]
+    colls: int
+    link_gbps: float | None
+
+
+def nccl_communicators(path: Path, ranks: pl.DataFrame, world_size: int | None,
+                       warnings: list[str]) -> list[CommInfo]:
+    """The run's NCCL communicators with their global rank sets; [] when the run has no NCCL log."""
+    from commprof.nccl import build_tables, load_nccl
+
+    if not path.is_dir():
+        return []
+    try:
+        nccl = load_nccl(path)
+    except CommprofError:
+        return []
+    tables = build_tables(nccl.logs, nccl.topologies, nccl.graphs)
+    return comm_rank_sets(tables, ranks, world_size, warnings)
+
+
+def comm_rank_sets(tables: Any, ranks: pl.DataFrame, world_size: int | None,
+                   warnings: list[str]) -> list[CommInfo]:
+    comms = tables.nccl_comms
+    by_proc: dict[tuple[str | None, int | None], list[tuple[int, int | None]]] = defaultdict(list)
+    by_pid: dict[int | None, list[tuple[int, int | None]]] = defaultdict(list)
+    for r in ranks.iter_rows(named=True):
+        entry = (r["rank"], _gpu_index(r["device"], r["local_rank"]))
+        by_proc[(short_host(r["host"]), r["pid"])].append(entry)
+        by_pid[r["pid"]].append(entry)
+    # Fallback when traces carry no pid: the root communicator over the whole world numbers its ranks
+    # like the default process group, i.e. with the global ranks.
+    world_rank: dict[tuple[str | None, int | None, int | None], int] = {}
+    roots = comms.filter(pl.col("parent_comm").is_null() & (pl.col("nranks") == (world_size or -1)))
+    if roots.height:
+        first = roots["comm_id"][0]
+        for r in roots.filter(pl.col("comm_id") == first).iter_rows(named=True):
+            world_rank[(r["host"], r["pid"], r["cuda_dev"])] = r["rank"]
+
+    def global_rank(row: dict[str, Any]) -> int | None:
+        found = by_proc.get((row["host"], row["pid"])) or (by_pid.get(row["pid"]) if row["pid"] else None)
+        if found:
+            if len(found) == 1:
+                return found[0][0]
+            same_dev = [rank for rank, dev in found if dev == row["cuda_dev"]]
+            if len(same_dev) == 1:
+                return same_dev[0]
+        return world_rank.get((row["host"], row["pid"], row["cuda_dev"]))
+
+    members: dict[str, set[int]] = defaultdict(set)
+    unmapped: set[str] = set()
+    for row in comms.iter_rows(named=True):
+        g = global_rank(row)
+        if g is None:
+            unmapped.add(row["comm_id"])
+        else:
+            members[row["comm_id"]].add(g)
+    if unmapped:
+        warnings.append(f"NCCL logs: {len(unmapped)} communicator(s) have members whose host and pid match no "
+                        "traced rank; they are not matched to process groups")
+    colls = tables.nccl_colls.group_by("comm_id").agg(pl.col("op").unique().alias("ops"), pl.len().alias("n"))
+    coll_info = {r["comm_id"]: (set(r["ops"]), r["n"]) for r in colls.iter_rows(named=True)}
+    speeds = _comm_link_gbps(tables)
+    out = []
+    for c in tables.nccl_communicators.iter_rows(named=True):
+        cid = c["comm_id"]
+        if cid in unmapped or cid not in members or len(members[cid]) != c["nranks"]:
+            continue
+        ops, n = coll_info.get(cid, (set(), 0))
+        out.append(CommInfo(cid, frozenset(members[cid]), c["tier"],
+                            {NCCL_OPS.get(o, o) for o in ops if o}, n, speeds.get(cid)))
+    return out
+
+
+def _comm_link_gbps(tables: Any) -> dict[str, float]:
+    """GB/s of the slowest NIC each communicator's network links use (NCCL logs the speed in Mbps)."""
+    nics = tables.nccl_nics.filter(pl.col("speed_mbps").is_not_null())
+    if nics.height == 0:
+        return {}
+    links = tables.nccl_links.filter(pl.col("network").is_not_null())
+    named = links.join(nics.select("host", pl.col("name").alias("nic_name"), "speed_mbps"),
+                       on=["host", "nic_name"], how="inner")
+    # links that do not say which NIC: the NICs of that network on the link's host
+    by_net = links.filter(pl.col("nic_name").is_null()).join(
+        nics.select("host", "network", "speed_mbps"), on=["host", "network"], how="inner")
+    speeds = pl.concat([named.select("comm_id", "speed_mbps"), by_net.select("comm_id", "speed_mbps")])
+    return {r["comm_id"]: r["speed_mbps"] / 8000 for r in
+            speeds.group_by("comm_id").agg(pl.col("speed_mbps").min()).iter_rows(named=True)}
+
+
+def match_communicators(pgs: pl.DataFrame, comms: list[CommInfo],
+                        pg_ops: dict[str, set[str]]) -> dict[str, CommInfo]:
+    """pg -> its communicator: equal rank sets; among several, the best COLL fit, each used once if
+    possible."""
+    by_set: dict[frozenset[int], list[CommInfo]] = defaultdict(list)
+    for c in comms:
+        by_set[c.ranks].append(c)
+    scored = []
+    for pg, ranks in zip(pgs["pg"].to_list(), pgs["ranks"].to_list(), strict=True):
+        for c in by_set.get(frozenset(ranks or []), []):
+            ops = pg_ops.get(pg, set())
+            fit = len(ops & c.ops) - len(c.ops - ops) if c.ops else 0
+            scored.append((-fit, -c.colls, c.comm_id, pg, c))
+    scored.sort(key=lambda s: s[:4])
+    chosen: dict[str, CommInfo] = {}
+    used: set[str] = set()
+    for *_, pg, c in scored:
+        if pg not in chosen and c.comm_id not in used:
+            chosen[pg] = c
+            used.add(c.comm_id)
+    for *_, pg, c in scored:  # more groups than communicators: share the best one
+        chosen.setdefault(pg, c)
+    return chosen
+
+
+# ------------------------------------------------------------------------------------ topology captures
+
+@dataclass
+class HostTopology:
+    gpu_paths: dict[tuple[int, int], str]  # (gpu a, gpu b) -> NV18 | PIX | SYS ...
+    ib: list[tuple[str, float | None]]  # active ports: (link layer, GB/s)
+
+
+def read_topologies(path: Path) -> dict[str, HostTopology]:
+    folder = path / "raw" / "topology"
+    out: dict[str, HostTopology] = {}
+    if not folder.is_dir():
+        return out
+    for file in sorted(folder.glob("*.json")):
+        try:
+            info = json.loads(file.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(info, dict):
+            continue
+        host = short_host(str(info.get("host") or file.stem))
+        if host:
+            out[host] = HostTopology(parse_smi_topo(info.get("nvidia_smi_topo") or ""), _ib_ports(info))
+    return out
+
+
+def parse_smi_topo(text: str) -> dict[tuple[int, int], str]:
+    """GPU-to-GPU cells of ``nvidia-smi topo -m`` (header row of column names, then one row per GPU)."""
+    cols: list[str] = []
+    paths: dict[tuple[int, int], str] = {}
+    for line in re.sub(r"\x1b\[[\d;]*m", "", text).splitlines():
+        cells = line.split()
+        if len(cells) < 2 or not re.fullmatch(r"GPU\d+", cells[0]):
+            continue
+        if not cols and cells[1] != "X":
+            cols = cells
+        elif cols:
+            a = int(cells[0][3:])
+            for name, cell in zip(cols, cells[1:], strict=False):
+                if re.fullmatch(r"GPU\d+", name) and cell != "X":
+                    paths[(a, int(name[3:]))] = cell
+    return paths
+
+
+def _ib_ports(info: dict[str, Any]) -> list[tuple[str, float | None]]:
+    out = []
+    for port in info.get("infiniband") or []:
+        if not isinstance(port, dict) or "ACTIVE" not in str(port.get("state") or "").upper():
+            continue
+        m = re.match(r"\s*([\d.]+)\s*Gb", str(port.get("rate") or ""))
+        out.append((str(port.get("link_layer") or ""), float(m.group(1)) / 8 if m else None))
+    return out
+
+
+def _intra_host_tier(topo: HostTopology | None, gpus: list[int | None]) -> str | None:
+    if topo is None or not topo.gpu_paths:
+        return None
+    known = sorted({g for g in gpus if g is not None})
+    pairs = [(a, b) for a in known for b in known if a != b] or list(topo.gpu_paths)
+    cells = [topo.gpu_paths.get(p) for p in pairs]
+    if not cells or None in cells:
+        return None
+    return "nvlink" if all(c is not None and c.startswith("NV") for c in cells) else "pcie"
+
+
+def _inter_host_tier(topos: dict[str, HostTopology], hosts: set[str]) -> tuple[str, float | None] | None:
+    ports = [topos[h].ib for h in hosts if h in topos]
+    if len(ports) != len(hosts) or not all(ports):
+        return None
+    layers = {layer.lower() for p in ports for layer, _ in p}
+    tier = "ib" if "infiniband" in layers else "roce" if "ethernet" in layers else None
+    speeds = [s for p in ports for _, s in p if s]
+    return (tier, min(speeds) if speeds else None) if tier else None
+
+
+# -------------------------------------------------------------------------------------------- groups
+
+def _backend(backend: str | None, gpu_run: bool) -> str:
+    """gloo or nccl (or the raw string) for a backend like ``cpu:gloo,cuda:nccl``."""
+    text = (backend or "").lower()
+    pairs = dict(p.split(":", 1) for p in text.split(",") if ":" in p)
+    if pairs:
+        return pairs.get("cuda" if gpu_run else "cpu") or next(iter(pairs.values()))
+    return text
+
+
+def group_tiers(pgs: pl.DataFrame, ranks: pl.DataFrame, run_path: Path | None, settings: TierSettings,
+                world_size: int | None = None, pg_ops: dict[str, set[str]] | None = None,
+                comms: list[CommInfo] | None = None) -> tuple[pl.DataFrame, list[str]]:
+    """One row per group: pg, tier, tier_source, nodes_spanned, nccl_comm, link_gbps; and warnings."""
+    warnings: list[str] = []
+    place = placement(ranks, settings.gpus_per_node)
+    gpu_run = "gpu" in set(ranks["mode"].drop_nulls().to_list()) if "mode" in ranks.columns else False
+    run_backend = next(iter(ranks["backend"].drop_nulls().to_list()), None) if ranks.height else None
+    if comms is None:
+        comms = nccl_communicators(run_path, ranks, world_size, warnings) if run_path is not None else []
+    matched = match_communicators(pgs, comms, pg_ops or {})
+    topos = read_topologies(run_path) if run_path is not None else {}
+    rows, unknown_spanning = [], 0
+    for pg, group_ranks, backend in zip(pgs["pg"].to_list(), pgs["ranks"].to_list(),
+                                        pgs["backend"].to_list(), strict=True):
+        group_ranks = list(group_ranks or [])
+        hosts = place.hosts_of(group_ranks) if group_ranks else None
+        row: dict[str, Any] = {"pg": pg, "tier": "unknown", "tier_source": None,
+                               "nodes_spanned": len(hosts) if hosts else None, "nccl_comm": None, "link_gbps": None}
+        comm = matched.get(pg)
+        if comm is not None and comm.tier != "unknown":
+            row.update(tier=comm.tier, tier_source="nccl_log", nccl_comm=comm.comm_id, link_gbps=comm.link_gbps)
+        elif hosts:
+            kind = _backend(backend or run_backend, gpu_run)
+            host_source = "assumed" if place.assumed else "hosts"
+            if len(hosts) == 1:
+                intra = _intra_host_tier(topos.get(next(iter(hosts))), [place.gpu.get(r) for r in group_ranks])
+                if "nccl" in kind and intra:
+                    row.update(tier=intra, tier_source="topology")
+                elif "nccl" in kind:
+                    row.update(tier="nvlink", tier_source="assumed")
+                elif "gloo" in kind or not gpu_run:
+                    row.update(tier="loopback", tier_source=host_source)
+            elif "gloo" in kind or (not gpu_run and "nccl" not in kind):
+                row.update(tier="ethernet", tier_source=host_source)
+            elif (inter := _inter_host_tier(topos, hosts)) is not None:
+                row.update(tier=inter[0], tier_source="topology", link_gbps=inter[1])
+            elif settings.network is not None:
+                row.update(tier=settings.network, tier_source="assumed")
+            else:
+                unknown_spanning += 1
+        rows.append(row)
+    if unknown_spanning:
+        warnings.append(f"{unknown_spanning} process group(s) span several hosts and no NCCL log or topology "
+                        "capture names their network: tier unknown (pass --network ib|roce|ethernet)")
+    return pl.DataFrame(rows, schema=GROUP_TIER_SCHEMA), warnings

@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "diff": "commprof.cli.diff:diff",
     "export": "commprof.cli.export:export",
     "ingest": "commprof.cli.ingest:ingest",
+    "record": "commprof.cli.record:record",
     "topology": "commprof.cli.topology:topology",
 }
 

@@ -1,0 +1,92 @@
+"""``commprof record -- COMMAND``: run a training command unchanged and collect a run directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", "--out", "output", type=click.Path(path_type=Path, file_okay=False),
+              help="Run directory to create (default: runs/<UTC time>-<random>). Never written over.")
+@click.option("--force", is_flag=True, help="Clear an earlier commprof run in --output instead of refusing.")
+@click.option("--wait", type=click.IntRange(0), default=None,
+              help="Optimizer steps to let pass before the window opens.  [default: 1]")
+@click.option("--warmup", type=click.IntRange(0), default=None,
+              help="Steps the profiler warms up without recording.  [default: 1]")
+@click.option("--active", type=click.IntRange(1), default=None, help="Steps recorded.  [default: 3]")
+@click.option("--start-after", type=click.FloatRange(0), default=None, metavar="SECONDS",
+              help="Time window instead of steps (scripts without an optimizer): open it this long after "
+                   "the rank imported torch, at its next optimizer step or communication call.")
+@click.option("--duration", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
+              help="Length of the time window.  [default: 5]")
+@click.option("--nccl-coll", is_flag=True, help="Also log NCCL's COLL and TUNING subsystems (large logs).")
+@click.option("--fr-entries", type=click.IntRange(0), default=20000, show_default=True,
+              help="TORCH_FR_BUFFER_SIZE for Flight Recorder, unless already set; 0 leaves it off.")
+@click.option("--no-topology", is_flag=True, help="Skip the host topology capture (nvidia-smi, /sys).")
+@click.option("--no-analyze", is_flag=True, help="Do not analyze the run when the command ends.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def record(output: Path | None, force: bool, wait: int | None, warmup: int | None, active: int | None,
+           start_after: float | None, duration: float | None, nccl_coll: bool, fr_entries: int,
+           no_topology: bool, no_analyze: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND (torchrun, python -m torch.distributed.run, deepspeed, accelerate launch, or a
+    Python script) unchanged and record its communication into a run directory.
+
+    \b
+      commprof record -o runs/exp1 -- torchrun --nproc-per-node 8 train.py --lr 3e-4
+
+    The exit code is COMMAND's (128+N if a signal N killed it; 127/126 if it cannot be started).
+    """
+    from commprof.errors import UsageError
+    from commprof.record.launcher import record as run_record
+    from commprof.record.rank.config import WindowSettings
+    from commprof.record.settings import RecordSettings
+
+    if start_after is None and duration is not None:
+        raise UsageError("--duration needs --start-after")
+    if start_after is not None and any(v is not None for v in (wait, warmup, active)):
+        raise UsageError("--start-after/--duration (a time window) and --wait/--warmup/--active (steps) "
+                         "exclude each other")
+    window = WindowSettings(
+        wait=1 if wait is None else wait,
+        warmup=1 if warmup is None else warmup,
+        active=3 if active is None else active,
+        start_after_s=start_after,
+        duration_s=(5.0 if duration is None else duration) if start_after is not None else None,
+        flight_recorder=fr_entries > 0,
+    )
+    settings = RecordSettings(output=output, force=force, window=window, nccl_coll=nccl_coll,
+                              fr_buffer_size=fr_entries, topology=not no_topology)
+    result = run_record(settings, list(command))
+    for line in result.warnings:
+        click.echo(f"commprof: warning: {line}", err=True)
+    click.echo(f"commprof: run directory {result.run_dir} ({len(result.traces)} trace"
+               f"{'' if len(result.traces) == 1 else 's'}); exit code {result.exit_code}", err=True)
+    if not no_analyze and result.traces:
+        _analyze(result.run_dir)
+    sys.exit(result.exit_code)
+
+
+def _analyze(run_dir: Path) -> None:
+    try:
+        from commprof import analyze_run
+    except ImportError:
+        click.echo(f"commprof: note: analysis is not available here; run `commprof analyze {run_dir}` later",
+                   err=True)
+        return
+    try:
+        report = analyze_run(run_dir)
+    except Exception as err:  # the recording is done and kept; analysis trouble must not hide that
+        click.echo(f"commprof: warning: analysis failed ({type(err).__name__}: {err}); "
+                   f"the run is complete, try `commprof analyze {run_dir}`", err=True)
+        return
+    try:
+        from rich.console import Console
+
+        from commprof.report import analysis_text
+    except ImportError:
+        click.echo(f"commprof: analyzed; see `commprof analyze {run_dir}`", err=True)
+        return
+    analysis_text.render_text(report, Console(stderr=True))

@@ -1,0 +1,217 @@
+"""Run the wrapped command exactly as given and turn what its ranks wrote into a run directory.
+
+Exit codes: the command's own; ``128 + N`` when it was killed by signal N (what a shell reports);
+127 when the program does not exist and 126 when it cannot be executed (what ``env``, ``timeout``
+and shells return), so that ``commprof record -- cmd`` exits as ``cmd`` would. Usage errors
+(an existing output folder, bad options) exit with 2 before anything runs.
+
+Signals: the command runs in its own process group; SIGINT, SIGTERM and SIGHUP that reach commprof
+are passed on to that group once. From an interactive terminal the command stays in commprof's
+process group (so it can read the terminal) and the terminal's own SIGINT/SIGHUP reach it directly;
+only SIGTERM is passed on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from commprof.errors import UsageError
+from commprof.record import environment, manifest, rundir
+from commprof.record.rank import topology
+from commprof.record.settings import RecordSettings
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class CommandNotFound(UsageError):
+    exit_code = 127
+
+
+class CommandNotExecutable(UsageError):
+    exit_code = 126
+
+
+@dataclass
+class RecordResult:
+    run_dir: Path
+    exit_code: int
+    traces: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def resolve_program(program: str, path: str | None = None) -> str:
+    if os.sep in program or (os.altsep and os.altsep in program):
+        if not os.path.exists(program):
+            raise CommandNotFound("no such file", program)
+        if os.path.isdir(program) or not os.access(program, os.X_OK):
+            raise CommandNotExecutable("not an executable file", program)
+        return program
+    found = shutil.which(program, path=path)
+    if found is None:
+        raise CommandNotFound(f"command not found: {program}")
+    return found
+
+
+def record(settings: RecordSettings, command: list[str], echo: Callable[[str], None] | None = None) -> RecordResult:
+    say = echo or _stderr
+    if not command:
+        raise UsageError("no command to run; usage: commprof record [OPTIONS] -- COMMAND [ARGS]...")
+    resolve_program(command[0], os.environ.get("PATH"))
+    run_dir = rundir.prepare_run_dir(settings.output or rundir.default_run_dir(), settings.force)
+    shim_dir = Path(tempfile.mkdtemp(prefix="commprof-shim-"))
+    try:
+        environment.install_shim(shim_dir)
+        rank_env = environment.build(os.environ, run_dir, settings, shim_dir, command)
+        doc = manifest.start(command, settings.as_manifest(), rank_env.used)
+        doc["notes"].extend(rank_env.notes)
+        manifest.write(run_dir, doc)
+        say(f"commprof: recording into {run_dir}")
+        returncode = run_child(command, rank_env.env, topology_for=run_dir if settings.topology else None)
+        return _finish(run_dir, doc, returncode, settings)
+    finally:
+        shutil.rmtree(shim_dir, ignore_errors=True)
+
+
+def run_child(command: list[str], env: dict[str, str], topology_for: Path | None = None) -> int:
+    """Start the command, pass signals on, wait; returns ``Popen.returncode`` (negative: signal)."""
+    interactive = _stdin_is_terminal()
+    try:
+        proc = subprocess.Popen(command, env=env, start_new_session=not interactive)
+    except FileNotFoundError:
+        raise CommandNotFound(f"command not found: {command[0]}") from None
+    except PermissionError:
+        raise CommandNotExecutable("not an executable file", command[0]) from None
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if interactive and signum != signal.SIGTERM:
+            return  # the terminal sent it to the command's process group (ours) already
+        try:
+            if interactive:
+                proc.send_signal(signum)
+            else:
+                os.killpg(proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    previous: dict[signal.Signals, Any] = {}
+    for sig in FORWARDED_SIGNALS:
+        previous[sig] = signal.signal(sig, forward)
+    capture = _start_topology(topology_for)
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if capture is not None:
+            capture.join(timeout=20.0)
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        return False
+
+
+def _start_topology(run_dir: Path | None) -> threading.Thread | None:
+    if run_dir is None:
+        return None
+
+    def capture() -> None:
+        try:
+            topology.write(str(run_dir))
+        except Exception:
+            pass  # a missing tool or a permission problem: topology is optional
+
+    thread = threading.Thread(target=capture, name="commprof-topology", daemon=True)
+    thread.start()
+    return thread
+
+
+def _finish(run_dir: Path, doc: dict[str, Any], returncode: int, settings: RecordSettings) -> RecordResult:
+    leftovers = rundir.leftover_temp_files(run_dir)
+    for path in leftovers:
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        doc["notes"].append(f"removed half-written {path.relative_to(run_dir)} (its process died while writing)")
+    sidecars = manifest.finish(run_dir, doc, returncode)
+    traces = sorted(str(p.relative_to(run_dir)) for p in (run_dir / "raw" / "traces").glob("rank-*.json.gz"))
+    warnings = window_warnings(sidecars, settings)
+    if warnings:
+        doc["notes"].extend(warnings)
+        manifest.write(run_dir, doc)
+    return RecordResult(run_dir=run_dir, exit_code=int(doc["exit_code"]), traces=traces, warnings=warnings)
+
+
+def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings) -> list[str]:
+    """One line per reason a rank has no trace, naming the ranks."""
+    if not sidecars:
+        return [
+            "no rank reported to commprof: no process imported torch with RANK set (torchrun sets it), "
+            "or the interpreter ignored PYTHONPATH (python -E/-I)"
+        ]
+    by_status: dict[str, list[int]] = {}
+    steps: dict[str, set[int]] = {}
+    partial: list[int] = []
+    for sc in sidecars:
+        window = sc.get("window") or {}
+        if (sc.get("files") or {}).get("trace"):
+            if window.get("status") == "ended_during_active":
+                partial.append(int(sc["rank"]))
+            continue
+        status = str(window.get("status"))
+        by_status.setdefault(status, []).append(int(sc["rank"]))
+        steps.setdefault(status, set()).add(int(window.get("optimizer_steps") or 0))
+    w = settings.window
+    need = f"wait={w.wait} warmup={w.warmup} active={w.active}"
+    reasons = {
+        "ended_before_window": f"the job ended before the profiling window opened (it needs {need})",
+        "waiting": "the rank was killed before the profiling window opened",
+        "ended_during_warmup": f"the job ended during the window's warm-up (it needs {need})",
+        "warmup": "the rank was killed during the window's warm-up",
+        "active": "the rank was killed while recording",
+        "skipped_user_profiler": "the script runs its own torch profiler",
+        "yielded_to_user_profiler": "the script started its own torch profiler during the window",
+        "failed": "profiling failed (see the rank's warning)",
+        "complete": "the rank ended before its trace was written out",
+    }
+    out = []
+    for status, ranks in sorted(by_status.items()):
+        seen = sorted(steps[status])
+        step_text = f"; optimizer steps seen: {seen[0] if len(seen) == 1 else seen}" if w.mode == "steps" else ""
+        reason = reasons.get(status, f"window status {status}")
+        out.append(f"no trace for rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}: {reason}{step_text}")
+    if partial:
+        out.append(
+            f"the trace of rank{'s' if len(partial) > 1 else ''} {_ranges(partial)} is partial: "
+            "the job ended while the window was recording"
+        )
+    return out
+
+
+def _ranges(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    parts, start = [], ranks[0]
+    for prev, cur in zip(ranks, [*ranks[1:], None], strict=True):
+        if cur is None or cur != prev + 1:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            if cur is not None:
+                start = cur
+    return ",".join(parts)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,129 @@
+"""``manifest.json``: written when the run starts, completed from the ranks' sidecars when it ends.
+
+A launcher killed before the end leaves the first version (``status: "running"``) and the ranks'
+``raw/ranks/rank-<RANK>.json`` pieces, from which the manifest can be rebuilt (:func:`merge_ranks`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from commprof.record.rank.files import atomic_write_json, utc_now_iso
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def commprof_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("commprof")
+    except Exception:
+        return None
+
+
+def start(command: list[str], settings: dict[str, Any], env_used: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "commprof record",
+        "command": command,
+        "cwd": os.getcwd(),
+        "launcher": {"host": socket.gethostname(), "pid": os.getpid()},
+        "start": utc_now_iso(),
+        "end": None,
+        "status": "running",
+        "exit_code": None,
+        "exit_signal": None,
+        "world_size": None,
+        "hosts": [],
+        "ranks": [],
+        "versions": {
+            "python": platform.python_version(),
+            "commprof": commprof_version(),
+            "torch": None,
+            "launcher_python": sys.executable,
+        },
+        "settings": settings,
+        "env": env_used,
+        "notes": [],
+    }
+
+
+def write(run_dir: Path, manifest: dict[str, Any]) -> None:
+    atomic_write_json(str(run_dir / MANIFEST), manifest)
+
+
+def read_sidecars(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    sidecars, problems = [], []
+    for path in sorted((run_dir / "raw" / "ranks").glob("rank-*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            problems.append(f"{path.name}: unreadable ({err})")
+            continue
+        if isinstance(data, dict) and isinstance(data.get("rank"), int):
+            sidecars.append(data)
+        else:
+            problems.append(f"{path.name}: not a rank sidecar")
+    sidecars.sort(key=lambda d: int(d["rank"]))
+    return sidecars, problems
+
+
+def _existing_files(run_dir: Path, files: dict[str, str]) -> dict[str, str]:
+    return {kind: rel for kind, rel in sorted(files.items()) if (run_dir / rel).is_file()}
+
+
+def merge_ranks(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Fill the per-rank part of the manifest from the sidecars; returns the sidecars."""
+    sidecars, problems = read_sidecars(run_dir)
+    manifest["notes"].extend(problems)
+    ranks = []
+    for sc in sidecars:
+        window = sc.get("window") or {}
+        ranks.append(
+            {
+                "rank": sc["rank"],
+                "local_rank": sc.get("local_rank"),
+                "host": sc.get("host"),
+                "pid": sc.get("pid"),
+                "device": sc.get("device"),
+                "gpu_name": sc.get("gpu_name"),
+                "backend": sc.get("backend"),
+                "window_status": window.get("status"),
+                "optimizer_steps": window.get("optimizer_steps"),
+                "files": _existing_files(run_dir, sc.get("files") or {}),
+            }
+        )
+    manifest["ranks"] = ranks
+    sizes = [int(sc["world_size"]) for sc in sidecars if isinstance(sc.get("world_size"), int)]
+    manifest["world_size"] = max(sizes) if sizes else None
+    manifest["hosts"] = sorted({str(sc.get("host")) for sc in sidecars if sc.get("host")})
+    torch_versions = sorted({str(v) for sc in sidecars if (v := (sc.get("versions") or {}).get("torch"))})
+    if torch_versions:
+        manifest["versions"]["torch"] = torch_versions[0] if len(torch_versions) == 1 else torch_versions
+    return sidecars
+
+
+def finish(run_dir: Path, manifest: dict[str, Any], returncode: int) -> list[dict[str, Any]]:
+    manifest["end"] = utc_now_iso()
+    if returncode < 0:
+        sig = -returncode
+        manifest["exit_code"] = 128 + sig
+        try:
+            manifest["exit_signal"] = signal.Signals(sig).name
+        except ValueError:
+            manifest["exit_signal"] = str(sig)
+    else:
+        manifest["exit_code"] = returncode
+    manifest["status"] = "finished" if manifest["exit_code"] == 0 else "failed"
+    sidecars = merge_ranks(run_dir, manifest)
+    write(run_dir, manifest)
+    return sidecars

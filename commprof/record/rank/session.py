@@ -1,0 +1,401 @@
+"""One rank's profiling session: a single window, clocked by optimizer steps or by time.
+
+Created once, right after the user's script imported torch. Everything it does from the training
+thread is wrapped so that a failure costs one warning and the profiling, never the training.
+
+Steps mode (default): the first optimizer that steps is the clock (a second optimizer stepping in
+the same iteration does not advance it). After ``wait`` optimizer steps the window opens: ``warmup``
+steps prepared but not recorded, then ``active`` steps recorded, then the trace is exported from
+inside the post-step hook of the last one. ``ProfilerStep#N`` in the trace is iteration N (0-based),
+the one that ends with optimizer step N+1.
+
+Time mode (``--start-after``/``--duration``): the profiler is bound to the thread that starts it, so
+the window opens and closes at the first optimizer step or communication call of the training thread
+after the deadline.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import os
+import sys
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from . import flight
+from .annotate import Annotator
+from .config import RankConfig
+from .files import utc_now_iso
+from .groups import GroupThreads, describe_groups
+from .identity import RankIdentity
+from .sidecar import RankPaths, Sidecar, describe_rank
+from .trace import TraceWriter
+
+WAITING, WARMUP, ACTIVE, DONE = "waiting", "warmup", "active", "done"
+
+
+class RankSession:
+    def __init__(self, torch: Any, config: RankConfig, identity: RankIdentity) -> None:
+        self.torch = torch
+        self.window = config.window
+        self.identity = identity
+        self.paths = RankPaths(config.run_dir, identity.rank)
+        self.sidecar = Sidecar(config, identity, self.paths)
+        self.state = WAITING
+        self.steps = 0
+        self.distributed = bool(getattr(torch.distributed, "is_available", lambda: False)())
+        self.threads = GroupThreads()
+        self.annotator = Annotator(torch) if self.distributed else None
+        self.prof: Any = None
+        self._primary: weakref.ref[Any] | None = None
+        self._owner: int | None = None  # thread that drives the profiler
+        self._pid = os.getpid()  # a forked child (DataLoader worker) inherits us but is not the rank
+        self._started = time.monotonic()
+        self._window_opened = 0.0
+        self._internal = False
+        self._discard = False
+        self._user_profiler_seen = False
+        self._warned = False
+        self._hook_handle: Any = None
+        self._profiler_patches: list[tuple[Any, str, Any]] = []
+        self.trace = TraceWriter(self.sidecar, self._warn)
+        self.fr_enabled = self.window.flight_recorder and flight.buffer_size() > 0
+
+    # ---- setup -------------------------------------------------------------------------------
+
+    def activate(self) -> None:
+        self.paths.make_dirs()
+        self.sidecar.data["versions"]["torch"] = str(getattr(self.torch, "__version__", ""))
+        self.sidecar.data["versions"]["cuda"] = getattr(getattr(self.torch, "version", None), "cuda", None)
+        if self.distributed:
+            self.threads.install(self.torch)
+        optimizer_module = importlib.import_module("torch.optim.optimizer")
+        self._hook_handle = optimizer_module.register_optimizer_step_post_hook(self._on_step)
+        self._patch_profiler_entry_points()
+        if self.window.mode == "time" and self.annotator is not None:
+            self.annotator.tick = self._guarded_tick
+            self.annotator.install()
+        atexit.register(self._at_exit)
+        self.sidecar.write()
+        if self.window.mode == "steps" and self.window.wait == 0:
+            self._owner = threading.get_ident()  # the thread importing torch: the script's own
+            self._open_window()
+
+    def _patch_profiler_entry_points(self) -> None:
+        """Every torch profiler (torch.profiler, the legacy autograd one, emit_nvtx) starts through
+        these two module functions: if the user starts one while ours runs, ours steps aside first
+        (two at once leave one of them broken)."""
+        module = importlib.import_module("torch.autograd.profiler")
+        for name in ("_prepare_profiler", "_enable_profiler"):
+            original = getattr(module, name, None)
+            if original is None:
+                continue
+            setattr(module, name, self._guard_profiler_start(original))
+            self._profiler_patches.append((module, name, original))
+
+    def _guard_profiler_start(self, original: Any) -> Any:
+        session = self
+
+        def start_profiler(*args: Any, **kwargs: Any) -> Any:
+            if not session._internal:
+                session._user_profiler_seen = True
+                if session.state in (WARMUP, ACTIVE):
+                    session._yield_to_user_profiler()
+            return original(*args, **kwargs)
+
+        return start_profiler
+
+    def _unpatch_profiler_entry_points(self) -> None:
+        patches, self._profiler_patches = self._profiler_patches, []
+        for module, name, original in patches:
+            setattr(module, name, original)
+
+    # ---- clock -------------------------------------------------------------------------------
+
+    def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if os.getpid() != self._pid:
+            return
+        try:
+            primary = self._primary() if self._primary is not None else None
+            if primary is None:
+                self._primary = weakref.ref(optimizer)
+                if self._owner is None:
+                    self._owner = threading.get_ident()
+            elif primary is not optimizer:
+                return
+            if threading.get_ident() != self._owner:
+                return
+            self.steps += 1
+            self.sidecar.window["optimizer_steps"] = self.steps
+            if self.window.mode == "steps":
+                self._advance_steps()
+                return
+            self._tick()
+        except Exception as err:
+            self._fail(err)
+
+    def _advance_steps(self) -> None:
+        if self.state == WAITING:
+            if self.steps >= self.window.wait:
+                self._open_window()
+            return
+        if self.state not in (WARMUP, ACTIVE):
+            return
+        stall_started = time.perf_counter()
+        with self._as_internal():
+            self.prof.step()
+        if self.trace.export_ms is not None or self._recording_over():
+            with self._as_internal():
+                self.prof.stop()  # closes the last ProfilerStep marker; the trace is already out
+            self._close_window(stall_started)
+        else:
+            self._sync_state()
+
+    def _guarded_tick(self) -> None:
+        if os.getpid() != self._pid:
+            return
+        try:
+            if self._owner is None:
+                self._owner = threading.get_ident()
+            if threading.get_ident() == self._owner:
+                self._tick()
+        except Exception as err:
+            self._fail(err)
+
+    def _tick(self) -> None:
+        """Time mode: open or close the window when its moment has passed."""
+        now = time.monotonic()
+        start_after = self.window.start_after_s or 0.0
+        if self.state == WAITING and now - self._started >= start_after:
+            self._open_window()
+        elif self.state == ACTIVE and now - self._window_opened >= (self.window.duration_s or 0.0):
+            stall_started = time.perf_counter()
+            with self._as_internal():
+                self.prof.stop()
+            self._close_window(stall_started)
+
+    # ---- window ------------------------------------------------------------------------------
+
+    def _user_profiler_running(self) -> bool:
+        if self._user_profiler_seen:
+            return True
+        enabled = getattr(self.torch._C._autograd, "_profiler_enabled", None)
+        return bool(enabled()) if enabled is not None else False
+
+    def _open_window(self) -> None:
+        if self._user_profiler_running():
+            self._finish(
+                "skipped_user_profiler",
+                "the script runs its own torch profiler; commprof records no trace for this rank",
+            )
+            return
+        profiler = importlib.import_module("torch.profiler")
+        activities = [profiler.ProfilerActivity.CPU]
+        cuda = getattr(self.torch, "cuda", None)
+        if cuda is not None and cuda.is_available() and cuda.is_initialized():
+            activities.append(profiler.ProfilerActivity.CUDA)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if self.window.mode == "steps":
+                schedule = profiler.schedule(
+                    skip_first=self.steps, wait=0, warmup=self.window.warmup, active=self.window.active, repeat=1
+                )
+                prof = profiler.profile(
+                    activities=activities, schedule=schedule, on_trace_ready=self._on_trace_ready, record_shapes=True
+                )
+                # number ProfilerStep#N by iteration, not from 0 at the window
+                prof.step_num = self.steps
+                prof.current_action = schedule(self.steps)
+            else:  # no schedule: no ProfilerStep markers, which would claim steps that do not exist
+                prof = profiler.profile(activities=activities, on_trace_ready=self._on_trace_ready, record_shapes=True)
+            with self._as_internal():
+                prof.start()
+        self.prof = prof
+        self._window_opened = time.monotonic()
+        window = self.sidecar.window
+        window["activities"] = [str(a).split(".")[-1].lower() for a in activities]
+        window["opened_at_optimizer_step"] = self.steps
+        self._sync_state()
+        self.sidecar.merge_groups(self._groups())
+        self.sidecar.write()
+
+    def _sync_state(self) -> None:
+        """Follow the profiler's schedule: annotate communication only while it records."""
+        action = self.prof.current_action
+        actions = importlib.import_module("torch.profiler").ProfilerAction
+        recording = action in (actions.RECORD, actions.RECORD_AND_SAVE)
+        new_state = ACTIVE if recording else WARMUP
+        if new_state == ACTIVE and self.state != ACTIVE:
+            window = self.sidecar.window
+            window["recording_started_at"] = utc_now_iso()
+            if self.window.mode == "steps":
+                window["first_profiler_step"] = self.prof.step_num
+        self.state = new_state
+        self.sidecar.window["status"] = new_state
+        if self.annotator is not None:
+            if recording:
+                self.annotator.install()
+                self.annotator.annotating = True
+            else:
+                self.annotator.annotating = False
+
+    def _recording_over(self) -> bool:
+        actions = importlib.import_module("torch.profiler").ProfilerAction
+        return self.state == ACTIVE and bool(self.prof.current_action == actions.NONE)
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        if not self._discard:
+            self.trace.export(prof)
+
+    def _close_window(self, stall_started: float, status: str = "complete") -> None:
+        window = self.sidecar.window
+        window["recording_ended_at"] = utc_now_iso()
+        if self.window.mode == "steps":
+            # a finished window's profiler has already moved to the step after its last one
+            last = self.prof.step_num - 1 if status == "complete" else self.prof.step_num
+            window["last_profiler_step"] = max(last, window.get("first_profiler_step") or 0)
+        if self.annotator is not None:
+            window["annotated_calls"] = self.annotator.calls
+        after_trace = time.perf_counter()
+        self._dump_flight_recorder()
+        after_fr = time.perf_counter()
+        self._finish(status if self.trace.export_ms is not None else f"{status}_no_trace", None)
+        ended = time.perf_counter()
+        window["stall_ms"] = {
+            "total": round((ended - stall_started) * 1e3, 3),
+            "stop_and_export": round((after_trace - stall_started) * 1e3, 3),
+            "export": round(self.trace.export_ms or 0.0, 3),
+            "flight_recorder": round((after_fr - after_trace) * 1e3, 3),
+        }
+        self.sidecar.write()
+
+    def _finish(self, status: str, warning: str | None) -> None:
+        """The window is over (or never happens): put everything of ours away."""
+        self.state = DONE
+        self.sidecar.window["status"] = status
+        if self.annotator is not None:
+            self.annotator.tick = None
+            self.annotator.uninstall()
+        if self._hook_handle is not None:
+            self._hook_handle.remove()
+            self._hook_handle = None
+        self._unpatch_profiler_entry_points()
+        if warning:
+            self._warn(warning)
+        self.sidecar.merge_groups(self._groups())
+        self.sidecar.write()
+
+    def _stop_discarding(self) -> None:
+        self._discard = True
+        if self.prof is not None:
+            with self._as_internal(), warnings.catch_warnings(), contextlib.suppress(Exception):
+                warnings.simplefilter("ignore")
+                self.prof.stop()
+
+    def _yield_to_user_profiler(self) -> None:
+        try:
+            self._stop_discarding()
+            self._finish(
+                "yielded_to_user_profiler",
+                "the script started its own torch profiler; commprof stopped its window for this rank",
+            )
+        except Exception as err:
+            self._fail(err)
+
+    # ---- exit and failure ----------------------------------------------------------------------
+
+    def _at_exit(self) -> None:
+        if os.getpid() != self._pid:
+            return
+        try:
+            status = None
+            flight_recorder_dumped = False
+            if self.state == WARMUP:
+                self._stop_discarding()
+                status = "ended_during_warmup"
+            elif self.state == ACTIVE:
+                stall_started = time.perf_counter()
+                with self._as_internal(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.prof.stop()
+                self._close_window(stall_started, status="ended_during_active")
+                flight_recorder_dumped = True
+            elif self.state == WAITING:
+                status = "ended_before_window"
+            if status is not None:
+                self._finish(status, None)
+            if not flight_recorder_dumped:
+                self._dump_flight_recorder()
+            self.trace.wait()
+            self.sidecar.data["ended_at"] = utc_now_iso()
+            self.sidecar.merge_groups(self._groups())
+            self.sidecar.write()
+        except Exception as err:
+            self._fail(err)
+
+    def _fail(self, err: BaseException) -> None:
+        try:
+            self.sidecar.data["warnings"].append(f"{type(err).__name__}: {err}")
+            if self.state in (WARMUP, ACTIVE):
+                self._stop_discarding()
+            self._finish("failed", f"profiling failed ({type(err).__name__}: {err}); training continues without it")
+        except Exception:
+            self.state = DONE
+
+    def _warn(self, message: str) -> None:
+        self.sidecar.data["warnings"].append(message)
+        if self._warned:
+            return
+        self._warned = True
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"commprof: warning: rank {self.identity.rank}: {message}\n")
+            sys.stderr.flush()
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _as_internal(self) -> Iterator[None]:
+        previous, self._internal = self._internal, True
+        try:
+            yield
+        finally:
+            self._internal = previous
+
+    def _groups(self) -> list[dict[str, Any]]:
+        describe_rank(self.torch, self.sidecar.data, _native_id(self._owner) if self._owner else None)
+        if not self.distributed:
+            return []
+        try:
+            if not self.torch.distributed.is_initialized():
+                return []
+            return describe_groups(self.torch, self.threads)
+        except Exception:
+            return []
+
+    def _dump_flight_recorder(self) -> None:
+        if not (self.fr_enabled and self.distributed):
+            return
+        if not (self.threads.by_group or self.torch.distributed.is_initialized()):
+            return
+        try:
+            entries = flight.dump(self.torch, self.paths.flight_recorder)
+        except Exception as err:
+            self.sidecar.data["warnings"].append(f"flight recorder dump failed: {type(err).__name__}: {err}")
+            return
+        if entries is not None:
+            with self.sidecar.lock:
+                self.sidecar.set_file("flight_recorder", self.paths.flight_recorder)
+                self.sidecar.data["flight_recorder_entries"] = entries
+
+
+def _native_id(ident: int) -> int | None:
+    for thread in threading.enumerate():
+        if thread.ident == ident:
+            return thread.native_id
+    return None

@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SAMPLE ?= sample_traces/gloo_4rank_profiler
 
 .PHONY: demo test lint pytest bench bench-dashboard install clean
 
@@ -17,8 +16,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# records a fresh 4-rank Gloo run (TP=2 x DP=2, about 10 s on 2 cores) and prints its analysis
 demo: $(STAMP)
-	$(BIN)/commprof analyze $(SAMPLE)
+	$(BIN)/commprof record -o runs/demo --force -- \
+		$(BIN)/torchrun --nproc-per-node 4 sample_traces/train_3d.py --tp 2 --dp 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -235,9 +235,9 @@ def analyze(run: Run, settings: AnalysisSettings) -> Analysis:
     collectives = pl.concat(colls, how="vertical_relaxed") if colls else pl.DataFrame()
     steps_frame = pl.concat(steps) if steps else pl.DataFrame(schema=STEPS_SCHEMA)
     pgs = _classified_groups(run, settings, collectives, steps_frame, warnings)
-    if collectives.height:
+    if "pg" in collectives.columns:  # also when empty: summaries need the analyzer columns
         collectives = _with_group_columns(collectives, pgs)
-        unknown_bytes = collectives.filter(pl.col("bytes").is_null()).height
+        unknown_bytes = collectives.filter(pl.col("bytes").is_null() & (pl.col("op") != "barrier")).height
         if unknown_bytes:
             warnings.append(
                 f"{unknown_bytes} of {collectives.height} collectives carry no message size in the trace "

@@ -176,3 +176,12 @@ def test_gloo_cpu_trace(tmp_path: Path) -> None:
     assert coll["is_async"].to_list() == [True, False]  # worker thread vs inline on the training thread
     kinds = dict(run.intervals.select("name", pl.col("kind").cast(pl.String)).iter_rows())
     assert kinds["c10d::send"] == "wait" and kinds["aten::select"] == "annotation"
+
+
+def test_run_without_any_collective(tmp_path: Path) -> None:
+    b = TraceBuilder(world_size=1).step(1, 0, 100).compute(10, 50)
+    run = analyze(tmp_path, b)
+    assert parts(run) == expect(compute=40, idle=60)
+    report = commprof.analyze_run(tmp_path / "run")
+    assert report["ranks"][0]["overlap_pct"] is None  # no comm: nothing to hide
+    assert report["collectives_summary"] == [] and report["process_groups"] == []

@@ -89,4 +89,5 @@ def _analyze(run_dir: Path) -> None:
     except ImportError:
         click.echo(f"commprof: analyzed; see `commprof analyze {run_dir}`", err=True)
         return
-    analysis_text.render_text(report, Console(stderr=True))
+    # a pipe or CI log is not cut to 80 columns
+    analysis_text.render_text(report, Console(stderr=True, width=None if sys.stderr.isatty() else 160))

@@ -11,12 +11,14 @@ Layout::
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import multiprocessing
 import os
 import sys
 import tempfile
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -60,6 +62,50 @@ def _entries(source: Source) -> list[FileEntry]:
         rel = str(path.relative_to(source.root))
         stem = hashlib.sha1(rel.encode()).hexdigest()[:12] + "-" + path.name.split(".")[0][:40]
         out.append(FileEntry(path, rel, stem, st.st_size, st.st_mtime_ns))
+    return out
+
+
+EXPORT_MARK = b"commprof-perfetto"
+
+
+def _is_merged_export(path: Path) -> bool:
+    """A ``commprof export --perfetto`` file: all ranks in one trace, one pid per rank."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(1 << 16)
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(wbits=31).decompress(head, 1 << 16)
+    except (OSError, zlib.error):
+        return False
+    return EXPORT_MARK in head and b'"distributedInfo"' not in head
+
+
+def _expand_exports(entries: list[FileEntry], cache: Path) -> list[FileEntry]:
+    """Split each merged export into one trace per rank under ``tables/split/`` (redone when the
+    export changes), so that it reads back as the run it came from."""
+    out: list[FileEntry] = []
+    for entry in entries:
+        if not _is_merged_export(entry.path):
+            out.append(entry)
+            continue
+        folder = cache / "split" / entry.stem
+        key = f"{entry.size}:{entry.mtime_ns}"
+        marker = folder / ".source"
+        if not marker.is_file() or marker.read_text() != key:
+            from commprof.export.perfetto import split_by_rank
+
+            raw = entry.path.read_bytes()
+            try:
+                trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+            except (OSError, ValueError) as err:
+                raise InputError(f"unreadable commprof export: {err}", entry.path) from None
+            for rank, part in split_by_rank(trace).items():
+                _atomic_write_bytes(folder / f"rank-{rank}.json", json.dumps(part).encode())
+            _atomic_write_bytes(marker, key.encode())
+        for part_path in sorted(folder.glob("rank-*.json")):
+            suffix = part_path.name.split(".")[0]
+            out.append(FileEntry(part_path, f"{entry.rel}#{suffix}", f"{entry.stem}-{suffix}", entry.size,
+                                 entry.mtime_ns))
     return out
 
 
@@ -197,7 +243,7 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InputError(f"cannot create the table cache: {err.strerror}", cache) from None
-    entries = _entries(source)
+    entries = _expand_exports(_entries(source), cache)
     sidecars, sidecar_key = read_sidecars(source)
     known = _read_index(cache, sidecar_key)
     todo = [e for e in entries if not _fresh(e, known, cache)]

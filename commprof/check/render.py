@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timezone
 from typing import Any
 
 from commprof.check.config import CheckConfig
 from commprof.check.inputs import CHECK_FORMAT, CHECK_SCHEMA_VERSION
 from commprof.check.rules import FAIL, PASS, CheckResult, RuleResult
+from commprof.report.analysis_json import json_safe
 
 MARK = {PASS: "PASS", FAIL: "FAIL", "skip": "SKIP"}
 MD_MARK = {PASS: "✅ pass", FAIL: "❌ fail", "skip": "⏭️ skip"}
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float):
-        return None if math.isnan(value) or math.isinf(value) else round(value, 6)
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
 
 
 def build(result: CheckResult, config: CheckConfig, report: dict[str, Any],
@@ -39,7 +31,7 @@ def build(result: CheckResult, config: CheckConfig, report: dict[str, Any],
         "stragglers": stragglers,
         "report": report,
     }
-    cleaned: dict[str, Any] = _clean(doc)
+    cleaned: dict[str, Any] = json_safe(doc)
     return cleaned
 
 

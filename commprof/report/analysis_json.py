@@ -16,13 +16,14 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """Floats rounded to 6 places, NaN/inf as null, recursively: what every JSON report writes."""
     if isinstance(value, float):
         return None if math.isnan(value) or math.isinf(value) else round(value, 6)
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -98,7 +99,7 @@ def build(run: Run, analysis: Analysis) -> dict[str, Any]:
         for d in analysis.dimension_tier().iter_rows(named=True)
     ]
     totals = _totals(ranks)
-    report: dict[str, Any] = _clean({
+    report: dict[str, Any] = json_safe({
         "schema_version": SCHEMA_VERSION,
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "run": {

@@ -7,9 +7,10 @@ Per-dimension and per-tier figures are means per rank and step over the whole ru
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timezone
 from typing import Any
+
+from commprof.report.analysis_json import json_safe
 
 FORMAT = "commprof-diff"
 SCHEMA_VERSION = 1
@@ -62,14 +63,6 @@ def _finding_key(f: dict[str, Any]) -> str:
     return str(f.get("id") or f.get("title") or f)
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float):
-        return None if math.isnan(value) or math.isinf(value) else round(value, 6)
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
 
 
 def build(a: dict[str, Any], b: dict[str, Any], a_path: str, b_path: str) -> dict[str, Any]:
@@ -94,7 +87,7 @@ def build(a: dict[str, Any], b: dict[str, Any], a_path: str, b_path: str) -> dic
         "findings": {"new": [fb[k] for k in fb if k not in fa], "gone": [fa[k] for k in fa if k not in fb]},
         "warnings": warnings,
     }
-    cleaned: dict[str, Any] = _clean(doc)
+    cleaned: dict[str, Any] = json_safe(doc)
     return cleaned
 
 

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest bench bench-dashboard install clean
+.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ bench: $(STAMP)
 
 bench-dashboard: $(STAMP)
 	$(BIN)/python bench/bench_dashboard.py
+
+bench-record: $(STAMP)
+	$(BIN)/python bench/bench_record.py
 
 clean:
 	rm -rf $(VENV) .bench-venv .pytest_cache .mypy_cache .ruff_cache

@@ -169,6 +169,16 @@ def test_scripts_own_profiler_wins_and_training_finishes(tmp_path: Path) -> None
     assert done.stderr.count("commprof: warning: rank 1:") == 1
 
 
+def test_scripts_own_step_hook_survives_the_window_closing(tmp_path: Path) -> None:
+    """commprof's step hook closes the window from inside torch's loop over global hooks; a hook the
+    script registered after it must keep running (removing ours mid-loop used to crash the ranks)."""
+    run_dir, report_dir = tmp_path / "run", tmp_path / "report"
+    done = run_record(run_dir, torchrun(2, TOY, "--steps", "8", "--user-step-hook"), env=job_env(report_dir))
+    assert done.returncode == 0, done.stderr
+    assert traces(run_dir) == ["rank-0.json.gz", "rank-1.json.gz"]
+    assert all(r["steps_done"] == 8 and r["user_hook_calls"] == 8 for r in reports(report_dir).values())
+
+
 def test_job_ending_during_warmup_still_writes_a_valid_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = run_record(run_dir, torchrun(2, TOY, "--steps", "1"))

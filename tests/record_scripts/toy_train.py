@@ -26,6 +26,8 @@ def parse() -> argparse.Namespace:
                    help="none | whole | late (starts at step 3), or one per rank, comma-separated")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds per step")
     p.add_argument("--no-optimizer", action="store_true", help="all_reduce loop only (time windows)")
+    p.add_argument("--user-step-hook", action="store_true",
+                   help="register the script's own global optimizer post-step hook (after commprof's)")
     return p.parse_args()
 
 
@@ -48,6 +50,14 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = torch.utils.data.DataLoader(Numbers(), batch_size=4, num_workers=args.workers)
     batches = iter(loader)
+    user_hook_calls = [0]
+    if args.user_step_hook:
+        def count(*_: object) -> None:
+            user_hook_calls[0] += 1
+
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(count)
     user_prof = None
     if user_mode == "whole":
         user_prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
@@ -78,7 +88,7 @@ def main() -> None:
         seen = {k: os.environ.get(k) for k in ("NCCL_DEBUG", "TORCH_FR_BUFFER_SIZE", "USER_SITECUSTOMIZE_PID")}
         with open(os.path.join(report_dir, f"rank-{rank}.json"), "w") as fh:
             json.dump({"steps_done": steps_done, "env": seen, "user_profiler_events": user_events,
-                       "pid": os.getpid(),
+                       "pid": os.getpid(), "user_hook_calls": user_hook_calls[0],
                        "sys_path_has_shim": any("commprof-shim" in p for p in sys.path)}, fh)
     dist.barrier()  # leave together; see mesh_tp_dp.py
     del model, opt

@@ -119,7 +119,7 @@ class RankSession:
     # ---- clock -------------------------------------------------------------------------------
 
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if os.getpid() != self._pid:
+        if self.state == DONE or os.getpid() != self._pid:
             return
         try:
             primary = self._primary() if self._primary is not None else None
@@ -282,9 +282,9 @@ class RankSession:
         if self.annotator is not None:
             self.annotator.tick = None
             self.annotator.uninstall()
-        if self._hook_handle is not None:
-            self._hook_handle.remove()
-            self._hook_handle = None
+        # The step hook stays registered and returns at once from now on: removing it here, while
+        # torch iterates over the global hooks that called us, breaks that iteration
+        # ("OrderedDict mutated during iteration") whenever the user registered a hook after ours.
         self._unpatch_profiler_entry_points()
         if warning:
             self._warn(warning)

@@ -169,6 +169,7 @@ def test_parallel_parse_gives_the_same_tables(
             super().__init__(max_workers, *args, **kwargs)
 
     monkeypatch.setattr(store, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)  # the sample is small: force the worker path
     serial = commprof.open_run(sample_run, cache_dir=tmp_path / "serial", jobs=1)
     assert pools == []
     parallel = commprof.open_run(sample_run, cache_dir=tmp_path / "parallel", jobs=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,8 @@ def test_script_without_main_guard_still_opens_a_run(tmp_path: Path) -> None:
         f"run = commprof.open_run({str(run)!r}, cache_dir={str(tmp_path / 'cache')!r}, jobs=2)\n"
         "print('ranks', run.ranks.height)\n"
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    env = {**os.environ, "COMMPROF_PARALLEL_MIN_BYTES": "0"}  # the sample is small: force the worker path
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ranks 4" in done.stdout

@@ -34,6 +34,8 @@ from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
 from commprof.ingest.schema import INGEST_VERSION
 
 TABLES = ("intervals", "collectives", "step_marks", "process_groups")
+# raw bytes to parse (compressed, for .gz) before worker processes pay off; COMMPROF_PARALLEL_MIN_BYTES overrides
+PARALLEL_MIN_BYTES = 8 << 20
 INDEX = "_index.json"
 
 
@@ -162,7 +164,10 @@ def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable
     results: dict[str, dict[str, Any]] = {}
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     # "spawn" re-imports the caller's main script: one that is not a file (python -, -c) cannot be
-    if len(todo) > 1 and jobs > 1 and (main_file is None or os.path.exists(main_file)):
+    # worker processes cost ~0.3 s each to start (spawn + imports): only worth it for real work
+    threshold = int(os.environ.get("COMMPROF_PARALLEL_MIN_BYTES", PARALLEL_MIN_BYTES))
+    big_enough = sum(e.size for e in todo) >= threshold
+    if len(todo) > 1 and jobs > 1 and big_enough and (main_file is None or os.path.exists(main_file)):
         _parse_in_workers(todo, cache, jobs, on_done, sidecars, results)
     for entry in todo:
         if entry.rel not in results:

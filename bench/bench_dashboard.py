@@ -25,6 +25,7 @@ from test_dashboard_browser import Server, make_driver  # noqa: E402
 
 import commprof  # noqa: E402
 from commprof.dashboard import create_app, ids  # noqa: E402
+from commprof.dashboard.cache import warmed  # noqa: E402
 from commprof.synth_run import make_run  # noqa: E402
 
 PAGES = {"overview": ids.OVERVIEW_BREAKDOWN, "timeline": ids.TIMELINE_GRAPH, "collectives": ids.COLL_SCATTER,
@@ -60,7 +61,8 @@ def main() -> None:
     t = time.perf_counter()
     runs = {"sample": commprof.open_run(sample), f"synth{args.ranks}": commprof.open_run(synth)}
     opened = time.perf_counter() - t
-    app = create_app(runs)
+    cache, _ = warmed(runs)  # as `commprof dashboard` does before it serves
+    app = create_app(runs, cache)
     sizes: list[tuple[str, int]] = []
 
     @app.server.after_request

@@ -171,3 +171,11 @@ class RunCache:
     def _compare_values(self, key: str) -> pl.DataFrame:
         a = self.analysis(key)
         return transforms.step_and_exposed(a.steps, self.exposed_by(key, "dimension"), self.exposed_by(key, "tier"))
+
+
+def warmed(runs: dict[str, Run]) -> tuple[RunCache, list[str]]:
+    """A cache with every run analyzed up front (so no page's first load pays for it), and the
+    message of each run that could not be analyzed."""
+    cache = RunCache(runs)
+    problems = [problem for key in runs if (problem := cache.check(key))]
+    return cache, problems

@@ -59,13 +59,11 @@ def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None) ->
         for warning in run.warnings[:3]:
             click.echo(f"commprof: warning: {key}: {warning}", err=True)
     from commprof.dashboard import create_app
-    from commprof.dashboard.cache import RunCache
+    from commprof.dashboard.cache import warmed
 
-    cache = RunCache(runs)
-    for key in runs:  # analyze now, so that no page's first load pays for it
-        problem = cache.check(key)
-        if problem:
-            click.echo(f"commprof: warning: {problem}", err=True)
+    cache, problems = warmed(runs)
+    for problem in problems:
+        click.echo(f"commprof: warning: {problem}", err=True)
     app = create_app(runs, cache)
     click.echo(f"commprof dashboard: {len(runs)} run(s) ({', '.join(runs)}) on http://{host}:{port}/", err=True)
     app.run(host=host, port=port, debug=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from commprof.cli.reference import render
@@ -10,8 +11,10 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 
 def test_cli_reference_is_up_to_date() -> None:
-    expected = render()
-    assert DOC.read_text() == expected, "docs/cli.md is stale: run `python -m commprof.cli.reference > docs/cli.md`"
+    expected, written = render(), DOC.read_text()
+    diff = "\n".join(difflib.unified_diff(written.splitlines(), expected.splitlines(), "docs/cli.md", "--help",
+                                          lineterm=""))
+    assert written == expected, f"docs/cli.md is stale: run `python -m commprof.cli.reference > docs/cli.md`\n{diff}"
 
 
 def test_every_command_is_documented() -> None:

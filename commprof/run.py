@@ -96,7 +96,7 @@ class Run:
                 "local_rank": info.get("local_rank"),
                 "pid": info.get("pid") or rf.meta.get("pid"),
                 "device": str(info.get("device") or rf.meta.get("device") or ""),
-                "gpu_name": rf.meta.get("gpu_name"),
+                "gpu_name": rf.meta.get("gpu_name") or info.get("gpu_name"),
                 "world_size": rf.meta.get("world_size"),
                 "backend": rf.meta.get("backend"),
                 "mode": rf.meta.get("mode"),

@@ -82,12 +82,14 @@ def _is_merged_export(path: Path) -> bool:
     return EXPORT_MARK in head and b'"distributedInfo"' not in head
 
 
-def _expand_exports(entries: list[FileEntry], cache: Path) -> list[FileEntry]:
+def _expand_exports(entries: list[FileEntry], cache: Path, known: dict[str, Any]) -> list[FileEntry]:
     """Split each merged export into one trace per rank under ``tables/split/`` (redone when the
-    export changes), so that it reads back as the run it came from."""
+    export changes), so that it reads back as the run it came from. A file the index already holds
+    unchanged was a plain trace: it is not opened again (a cached re-open stays cheap)."""
     out: list[FileEntry] = []
     for entry in entries:
-        if not _is_merged_export(entry.path):
+        rec = known.get(entry.rel) or {}
+        if (rec.get("size"), rec.get("mtime_ns")) == (entry.size, entry.mtime_ns) or not _is_merged_export(entry.path):
             out.append(entry)
             continue
         folder = cache / "split" / entry.stem
@@ -248,9 +250,9 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InputError(f"cannot create the table cache: {err.strerror}", cache) from None
-    entries = _expand_exports(_entries(source), cache)
     sidecars, sidecar_key = read_sidecars(source)
     known = _read_index(cache, sidecar_key)
+    entries = _expand_exports(_entries(source), cache, known)
     todo = [e for e in entries if not _fresh(e, known, cache)]
     done = [0]
 

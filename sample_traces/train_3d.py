@@ -107,7 +107,9 @@ def main() -> None:
     for _ in range(args.steps):
         if dp > 1:  # 1. prefetch, overlapped with a matmul
             full = torch.empty(dp * PREFETCH_NUMEL)
-            work = dist.all_gather_into_tensor(full, shard, group=group["dp"], async_op=True)
+            # all_gather_single is the current name (torch >= 2.13); older torch has only the other
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            work = gather(full, shard, group=group["dp"], async_op=True)
             torch.mm(torch.randn(256, 256), torch.randn(256, 256))
             work.wait()
         # 2. forward (stage 0 makes its input, later stages receive it)

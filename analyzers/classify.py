@@ -27,13 +27,11 @@ from dataclasses import dataclass
 import polars as pl
 
 from commprof.errors import UsageError
+from commprof.vocab import MEGATRON_ORDER, P2P_OPS
 
-DIMENSIONS = ("tp", "cp", "ep", "dp", "pp", "world", "unknown")
-MEGATRON_ORDER = ("tp", "cp", "ep", "dp", "pp")
 LAYOUT_CONFIDENCE = 1.0
 NAME_CONFIDENCE = 0.95
 
-P2P_OPS = frozenset({"send", "recv", "send_recv"})
 REDUCING_OPS = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
 
 

@@ -29,7 +29,7 @@ def open_run(path: Any, **kwargs: Any) -> Run:
 
 def analyze_run(path: Any, *, hta_compat: bool = False) -> dict[str, Any]:
     """Open, analyze and return the ``analyze`` report as a dict (the JSON schema)."""
-    from commprof.analyzers.report import AnalysisSettings
+    from commprof.analyzers.pipeline import AnalysisSettings
     from commprof.report import analysis_json
 
     run = open_run(path)

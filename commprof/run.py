@@ -16,7 +16,7 @@ from commprof.ingest.discover import Source, discover
 from commprof.ingest.schema import PROCESS_GROUPS, RANKS
 
 if TYPE_CHECKING:
-    from commprof.analyzers.report import Analysis, AnalysisSettings
+    from commprof.analyzers.pipeline import Analysis, AnalysisSettings
 
 
 @dataclass
@@ -133,7 +133,7 @@ class Run:
         )
 
     def analyze(self, settings: AnalysisSettings | None = None) -> Analysis:
-        from commprof.analyzers.report import AnalysisSettings, analyze
+        from commprof.analyzers.pipeline import AnalysisSettings, analyze
 
         return analyze(self, settings or AnalysisSettings())
 

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from commprof.analyzers.classify import classify_dimensions, parse_layout
-from commprof.analyzers.report import AnalysisSettings
+from commprof.analyzers.pipeline import AnalysisSettings
 from commprof.run import Run, open_run
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.slow]

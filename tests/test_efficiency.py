@@ -11,7 +11,7 @@ from classify_helpers import GroupSpec, RankSpec, write_run
 from click.testing import Result
 
 from commprof.analyzers.efficiency import gpu_peaks, parse_peaks, peak_gbps
-from commprof.analyzers.report import AnalysisSettings
+from commprof.analyzers.pipeline import AnalysisSettings
 from commprof.errors import UsageError
 from commprof.report import analysis_json, analysis_text
 from commprof.run import open_run

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from commprof.nccl import NcclTables, build_tables, load_nccl
+from commprof.ingest.nccl import NcclTables, build_tables, load_nccl
 
 GEN = Path(__file__).parent / "fixtures" / "nccl" / "gen_128rank.py"
 STEPS = 3

@@ -11,7 +11,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from commprof.nccl import build_tables, load_nccl, summarize
+from commprof.ingest.nccl import build_tables, load_nccl
+from commprof.nccl import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 NAMES = sorted(p.name.removesuffix(".expected.json") for p in FIXTURES.glob("*.expected.json"))

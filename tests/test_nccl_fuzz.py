@@ -8,7 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commprof.nccl import NcclInputs, NcclRun, build_tables, parse_nccl_text, summarize
+from commprof.ingest.nccl import NcclInputs, NcclRun, build_tables, parse_nccl_text
+from commprof.nccl import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 SOURCES = sorted(p for p in FIXTURES.rglob("*.log"))

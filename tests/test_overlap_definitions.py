@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import commprof
-from commprof.analyzers.report import AnalysisSettings
+from commprof.analyzers.pipeline import AnalysisSettings
 from commprof.synth import TraceBuilder, ns
 
 PARTS = ["compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import commprof
-from commprof.analyzers.report import AnalysisSettings
+from commprof.analyzers.pipeline import AnalysisSettings
 
 HTA = Path(__file__).resolve().parents[1].parent / "shared" / "real_traces" / "hta"
 

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 import commprof
-from commprof.analyzers.report import AnalysisSettings
+from commprof.analyzers.pipeline import AnalysisSettings
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 spec = importlib.util.spec_from_file_location("train_3d", SAMPLES / "train_3d.py")

@@ -1,4 +1,4 @@
-"""Tier of each process group (analyzers/tiers.py): from NCCL logs, topology captures, hosts, flags."""
+"""Tier of each process group (analyzers/group_tiers.py): from NCCL logs, topology captures, hosts, flags."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 from classify_helpers import GroupSpec, RankSpec, write_run
 
-from commprof.analyzers.report import AnalysisSettings
-from commprof.analyzers.tiers import CommInfo, TierSettings, match_communicators, parse_smi_topo
+from commprof.analyzers.group_tiers import CommInfo, TierSettings, match_communicators, parse_smi_topo
+from commprof.analyzers.pipeline import AnalysisSettings
 from commprof.errors import UsageError
 from commprof.run import open_run
 

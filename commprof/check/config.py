@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from commprof.errors import CommprofError
+from commprof.vocab import DIMENSIONS, SEVERITIES, TIERS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,9 +41,6 @@ else:  # pragma: no cover - Python 3.10
     except ImportError:
         tomllib = None
 
-DIMENSIONS = ("tp", "cp", "ep", "dp", "pp", "world", "unknown")
-TIERS = ("nvlink", "pcie", "shm", "ib", "roce", "ethernet", "loopback", "unknown")
-SEVERITIES = ("info", "low", "medium", "high", "critical")
 # Peak bus bandwidth per GPU and direction (GB/s), DESIGN §1; override with [tier.X] peak_gbps.
 DEFAULT_PEAK_GBPS: dict[str, float] = {"nvlink": 450.0, "pcie": 64.0, "ib": 50.0, "roce": 50.0, "ethernet": 12.5}
 DEFAULT_MIN_BYTES = 1 << 20

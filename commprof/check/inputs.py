@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from commprof.errors import InputError
 
 if TYPE_CHECKING:
-    from commprof.analyzers.report import Analysis
+    from commprof.analyzers.pipeline import Analysis
     from commprof.run import Run
 
 ANALYZE_SCHEMA_VERSION = 1

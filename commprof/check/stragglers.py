@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 if TYPE_CHECKING:
-    from commprof.analyzers.report import Analysis
+    from commprof.analyzers.pipeline import Analysis
 
 P2P_OPS = ("send", "recv", "send_recv")
 

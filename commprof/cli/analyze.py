@@ -37,7 +37,7 @@ def analyze(path: str, hta_compat: bool, top: int, jobs: int | None, layout: str
     """Analyze a run directory, a folder of Kineto traces or one trace file."""
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
-    from commprof.analyzers.report import AnalysisSettings
+    from commprof.analyzers.pipeline import AnalysisSettings
     from commprof.report import analysis_json, analysis_text
 
     settings = AnalysisSettings(

@@ -27,7 +27,8 @@ def topology(path: Path, fmt: str, output: Path | None) -> None:
     from rich.console import Console
 
     from commprof.errors import InputError
-    from commprof.nccl import build_tables, load_nccl, render, summarize
+    from commprof.ingest.nccl import build_tables, load_nccl
+    from commprof.nccl import render, summarize
 
     run = load_nccl(path)
     summary = summarize(run, build_tables(run.logs, run.topologies, run.graphs))

@@ -39,7 +39,7 @@ from commprof.analyzers.overlap import effective_compute
 from commprof.ingest import names
 
 if TYPE_CHECKING:
-    from commprof.analyzers.report import Analysis
+    from commprof.analyzers.pipeline import Analysis
     from commprof.run import Run
 
 FORMAT = "commprof-perfetto"

@@ -364,7 +364,7 @@ def _gloo_groups(scan: _Pass, rows: list[int], sidecar: dict[str, Any] | None) -
     """cpu row -> Attribution (pg, seq, peer) of each ``gloo:*`` op, from the record sidecar."""
     if sidecar is None:
         return {}
-    from commprof.record.pgmap import ANNOTATION_PREFIX, GLOO_PREFIX, attribute_gloo_ops
+    from commprof.ingest.gloo_groups import ANNOTATION_PREFIX, GLOO_PREFIX, attribute_gloo_ops
 
     picked = [i for i in rows if scan.cpu_rows[i][2].startswith((GLOO_PREFIX, ANNOTATION_PREFIX))]
     events = [

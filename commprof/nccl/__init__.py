@@ -1,41 +1,7 @@
-"""What NCCL saw: communicators, transports, NICs, algorithms and link tiers from NCCL's
-``NCCL_DEBUG=INFO`` logs (2.18 - 2.30) and its topology / graph XML dumps.
+"""The ``commprof topology`` view: what NCCL saw, summarised per communicator and rendered as text or
+JSON. The logs themselves are read by :mod:`commprof.ingest.nccl`."""
 
-Typical use::
-
-    run = load_nccl("runs/job1")                 # find + parse logs and dumps
-    tables = build_tables(run.logs, run.topologies, run.graphs)
-    tables.nccl_communicators                    # one row per communicator, with its tier
-"""
-
-from commprof.nccl.load import NcclInputs, NcclRun, find_nccl_inputs, load_nccl
-from commprof.nccl.parser import LogParser, NcclLogs, parse_nccl_logs, parse_nccl_text
 from commprof.nccl.report import render
 from commprof.nccl.summary import SCHEMA_VERSION, summarize
-from commprof.nccl.tables import NcclTables, build_tables
-from commprof.nccl.tiers import SLOWNESS, TIERS, network_type, slowest
-from commprof.nccl.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "SLOWNESS",
-    "TIERS",
-    "GraphXml",
-    "LogParser",
-    "NcclInputs",
-    "NcclLogs",
-    "NcclRun",
-    "NcclTables",
-    "TopologyXml",
-    "build_tables",
-    "find_nccl_inputs",
-    "load_nccl",
-    "network_type",
-    "parse_graph_xml",
-    "parse_nccl_logs",
-    "parse_nccl_text",
-    "parse_topology_xml",
-    "render",
-    "slowest",
-    "summarize",
-]
+__all__ = ["SCHEMA_VERSION", "render", "summarize"]

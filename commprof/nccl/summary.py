@@ -8,9 +8,9 @@ from typing import Any
 
 import polars as pl
 
-from commprof.nccl.load import NcclRun
-from commprof.nccl.tables import NcclTables
-from commprof.nccl.tiers import network_type
+from commprof.ingest.nccl.link_tiers import network_type
+from commprof.ingest.nccl.load import NcclRun
+from commprof.ingest.nccl.tables import NcclTables
 
 SCHEMA_VERSION = 1
 MAX_WARNINGS = 20

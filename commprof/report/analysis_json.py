@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from commprof.analyzers.report import Analysis
+    from commprof.analyzers.pipeline import Analysis
     from commprof.run import Run
 
 SCHEMA_VERSION = 1

@@ -10,8 +10,8 @@ import polars as pl
 from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
 from commprof.analyzers.classify import Layout, check_layout, classify_dimensions
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
+from commprof.analyzers.group_tiers import TierSettings, group_tiers
 from commprof.analyzers.overlap import PG_STEPS_SCHEMA, STEPS_SCHEMA, OverlapSettings, analyze_rank
-from commprof.analyzers.tiers import TierSettings, group_tiers
 
 if TYPE_CHECKING:
     from commprof.run import Run
@@ -194,7 +194,7 @@ def _classified_groups(
     run: Run, settings: AnalysisSettings | None = None, collectives: pl.DataFrame | None = None,
     steps: pl.DataFrame | None = None, warnings: list[str] | None = None,
 ) -> pl.DataFrame:
-    """Process groups with their tier (analyzers/tiers.py), dimension (analyzers/classify.py) and the
+    """Process groups with their tier (analyzers/group_tiers.py), dimension (analyzers/classify.py) and the
     tier's peak bandwidth (analyzers/efficiency.py)."""
     settings = settings or AnalysisSettings()
     world = run.world_size

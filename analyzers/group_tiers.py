@@ -31,11 +31,8 @@ from typing import Any
 import polars as pl
 
 from commprof.errors import CommprofError, UsageError
+from commprof.vocab import NCCL_OPS, NETWORKS
 
-NETWORKS = ("ib", "roce", "ethernet")
-NCCL_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-            "Broadcast": "broadcast", "Reduce": "reduce", "Send": "send", "Recv": "recv",
-            "AlltoAll": "all_to_all", "Gather": "gather", "Scatter": "scatter"}
 GROUP_TIER_SCHEMA = {"pg": pl.String, "tier": pl.String, "tier_source": pl.String, "nodes_spanned": pl.Int32,
                      "nccl_comm": pl.String, "link_gbps": pl.Float64}
 
@@ -106,7 +103,7 @@ class CommInfo:
 def nccl_communicators(path: Path, ranks: pl.DataFrame, world_size: int | None,
                        warnings: list[str]) -> list[CommInfo]:
     """The run's NCCL communicators with their global rank sets; [] when the run has no NCCL log."""
-    from commprof.nccl import build_tables, load_nccl
+    from commprof.ingest.nccl import build_tables, load_nccl
 
     if not path.is_dir():
         return []

@@ -22,11 +22,11 @@ from typing import TextIO
 
 import polars as pl
 
-from commprof.nccl import handlers as hd
-from commprof.nccl import patterns as pt
-from commprof.nccl.colls import COLL_SCHEMA, coll_frame
-from commprof.nccl.records import CommRank, Link, ParseStats, Process, Tuning, Warn
-from commprof.nccl.state import Head, State
+from commprof.ingest.nccl import handlers as hd
+from commprof.ingest.nccl import patterns as pt
+from commprof.ingest.nccl.colls import COLL_SCHEMA, coll_frame
+from commprof.ingest.nccl.records import CommRank, Link, ParseStats, Process, Tuning, Warn
+from commprof.ingest.nccl.state import Head, State
 
 COLL_CHUNK_ROWS = 200_000
 HEAD_CACHE_MAX = 50_000
@@ -34,7 +34,7 @@ HEAD_CACHE_MAX = 50_000
 
 @dataclass
 class NcclLogs:
-    """Everything read from a set of NCCL logs; tables are built from it in ``commprof.nccl.tables``."""
+    """Everything read from a set of NCCL logs; tables are built from it in ``commprof.ingest.nccl.tables``."""
 
     processes: list[Process]
     comms: list[CommRank]

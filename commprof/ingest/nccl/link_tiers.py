@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commprof.nccl import patterns as pt
-from commprof.nccl.records import CommRank, Link, Nic, Process
-from commprof.nccl.topo_xml import GraphXml, TopologyXml
+from commprof.ingest.nccl import patterns as pt
+from commprof.ingest.nccl.records import CommRank, Link, Nic, Process
+from commprof.ingest.nccl.topo_xml import GraphXml, TopologyXml
+from commprof.vocab import SLOWNESS
 
-TIERS = ("nvlink", "pcie", "shm", "ib", "roce", "ethernet", "loopback", "unknown")
-SLOWNESS = {"ethernet": 0, "loopback": 1, "roce": 2, "ib": 3, "shm": 4, "pcie": 5, "nvlink": 6}
 # Which source to report when several links share the deciding tier: the most direct one.
 SOURCE_TRUST = ("transport", "graph", "topology", "topology_xml", "graph_xml", "network", "assumed")
 NETWORK_TIER = {"ib": "ib", "roce": "roce", "socket": "ethernet", "efa": "roce", "tcpx": "ethernet"}

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from commprof.errors import InputError
-from commprof.nccl.parser import NcclLogs, parse_nccl_logs
-from commprof.nccl.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml, xml_kind
+from commprof.ingest.nccl.parser import NcclLogs, parse_nccl_logs
+from commprof.ingest.nccl.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml, xml_kind
 
 SNIFF_BYTES = 1 << 20
 LOG_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"NCCL version")

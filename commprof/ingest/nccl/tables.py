@@ -13,9 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from commprof.nccl.parser import NcclLogs
-from commprof.nccl.records import CommRank, Nic
-from commprof.nccl.tiers import (
+from commprof.ingest.nccl.link_tiers import (
     NETWORK_TIER,
     Evidence,
     find_nic,
@@ -24,7 +22,9 @@ from commprof.nccl.tiers import (
     network_type,
     slowest,
 )
-from commprof.nccl.topo_xml import GraphXml, TopologyXml
+from commprof.ingest.nccl.parser import NcclLogs
+from commprof.ingest.nccl.records import CommRank, Nic
+from commprof.ingest.nccl.topo_xml import GraphXml, TopologyXml
 
 COMMS_SCHEMA: dict[str, Any] = {
     "comm_id": pl.String,

@@ -7,9 +7,9 @@ the lines that need it.
 
 from __future__ import annotations
 
-from commprof.nccl import patterns as pt
-from commprof.nccl.records import CommRank, Link, Nic, Pending, Process, Tuning
-from commprof.nccl.state import Head, State
+from commprof.ingest.nccl import patterns as pt
+from commprof.ingest.nccl.records import CommRank, Link, Nic, Pending, Process, Tuning
+from commprof.ingest.nccl.state import Head, State
 
 MALFORMED = "!malformed"
 OTHER = "!other_nccl"

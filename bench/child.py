@@ -74,7 +74,7 @@ def _overlap_by_rank(analysis: Any) -> dict[str, float | None]:
 def run_commprof(files: list[str], profile_top: int = 0) -> dict[str, Any]:
     import commprof
     import commprof.run  # noqa: F401  (open_run imports it lazily: pay for it here, not in the timing)
-    from commprof.analyzers.report import AnalysisSettings
+    from commprof.analyzers.pipeline import AnalysisSettings
 
     out = _imported()
     trace_dir = _rank_dir(files) if len(files) > 1 else None

@@ -17,7 +17,7 @@ import polars as pl
 from commprof.dashboard import figures, transforms
 
 if TYPE_CHECKING:
-    from commprof.analyzers.report import Analysis
+    from commprof.analyzers.pipeline import Analysis
     from commprof.run import Run
 
 TIMELINE_BINS = 1000  # segments per lane at most, for any window

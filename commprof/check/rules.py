@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from commprof.check.config import SEVERITIES, CheckConfig
+from commprof.check.config import CheckConfig
+from commprof.vocab import SEVERITIES
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 

@@ -44,6 +44,8 @@ STEPS_SCHEMA = pl.Schema({
     "exposed_comm_ns": pl.Int64,
     "memory_ns": pl.Int64,
     "idle_ns": pl.Int64,
+    "exposed_wait_ns": pl.Int64,  # of exposed_comm_ns: waiting for a later rank (skew)
+    "exposed_transfer_ns": pl.Int64,  # the rest of exposed_comm_ns
 })
 
 PG_STEPS_SCHEMA = pl.Schema({
@@ -53,7 +55,10 @@ PG_STEPS_SCHEMA = pl.Schema({
     "comm_ns": pl.Float64,
     "overlapped_ns": pl.Float64,
     "exposed_ns": pl.Float64,
+    "exposed_wait_ns": pl.Float64,
 })
+
+SPANS_SCHEMA = pl.Schema({"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64})
 
 
 @dataclass
@@ -61,6 +66,7 @@ class RankOverlap:
     steps: pl.DataFrame
     collectives: pl.DataFrame  # the rank's collectives with step, overlapped_ns, exposed_ns
     pg_steps: pl.DataFrame
+    exposed_spans: pl.DataFrame  # the instants where comm runs and no compute does, inside the windows
     warnings: list[str] = field(default_factory=list)
 
 
@@ -124,7 +130,24 @@ def analyze_rank(
     memory = iv.union(starts[kind == "memory"], ends[kind == "memory"])
     steps = _step_parts(rank, step_ids, bounds, compute, comm, memory)
     shared, pg_steps = _collective_shares(rank, collectives, step_ids, bounds, compute)
-    return RankOverlap(steps, shared, pg_steps, warnings)
+    steps = _with_wait_split(steps, pg_steps)
+    exposed = iv.clip(iv.subtract(comm, compute), int(bounds[0]), int(bounds[-1])) if bounds.size else iv.EMPTY
+    spans = pl.DataFrame({"rank": np.full(exposed[0].size, rank, np.int32), "start_ns": exposed[0],
+                          "end_ns": exposed[1]}, schema=SPANS_SCHEMA)
+    return RankOverlap(steps, shared, pg_steps, spans, warnings)
+
+
+def _with_wait_split(steps: pl.DataFrame, pg_steps: pl.DataFrame) -> pl.DataFrame:
+    """Exposed comm per step split into wait and transfer; the two add up to it exactly."""
+    wait = pg_steps.group_by("step").agg(pl.col("exposed_wait_ns").sum().alias("_w"))
+    return (
+        steps.drop("exposed_wait_ns", "exposed_transfer_ns")
+        .join(wait, on="step", how="left")
+        .with_columns(pl.min_horizontal(pl.col("_w").fill_null(0.0).round(), pl.col("exposed_comm_ns"))
+                      .cast(pl.Int64).alias("exposed_wait_ns"))
+        .with_columns((pl.col("exposed_comm_ns") - pl.col("exposed_wait_ns")).alias("exposed_transfer_ns"))
+        .select(list(STEPS_SCHEMA))
+    )
 
 
 def effective_compute(
@@ -181,6 +204,8 @@ def _step_parts(
             "exposed_comm_ns": exposed,
             "memory_ns": mem,
             "idle_ns": duration - comp - overlapped - exposed - mem,
+            "exposed_wait_ns": np.zeros(n, np.int64),
+            "exposed_transfer_ns": exposed,
         },
         schema=STEPS_SCHEMA,
     )
@@ -192,7 +217,9 @@ def _collective_shares(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Each collective's share of overlapped and exposed time: an instant where k comm intervals run
     counts 1/k for each, so per-group and per-dimension totals add up to the rank's totals. Collectives
-    are cut at step bounds first, so a collective spanning two steps counts in both."""
+    are cut at step bounds first, so a collective spanning two steps counts in both. A collective's
+    exposed instants before ``start + wait_ns`` (the ``wait_ns`` column, when present) are its exposed
+    wait."""
     n = len(collectives)
     cs = collectives["start_ns"].to_numpy().astype(np.int64)
     ce = collectives["end_ns"].to_numpy().astype(np.int64)
@@ -202,6 +229,7 @@ def _collective_shares(
             pl.lit(None, pl.Int64).alias("step"),
             pl.lit(0.0).alias("overlapped_ns"),
             pl.lit(0.0).alias("exposed_ns"),
+            pl.lit(0.0).alias("exposed_wait_ns"),
         )
         return out, pl.DataFrame(schema=PG_STEPS_SCHEMA)
     lo, hi = bounds[0], bounds[-1]
@@ -213,8 +241,11 @@ def _collective_shares(
     win = np.repeat(first, npieces) + (np.arange(owner.size) - np.repeat(np.cumsum(npieces) - npieces, npieces))
     ps = np.maximum(s[owner], bounds[win])
     pe = np.minimum(e[owner], bounds[win + 1])
+    wait = collectives["wait_ns"].fill_null(0).to_numpy().astype(np.int64) if "wait_ns" in collectives.columns \
+        else np.zeros(n, np.int64)
+    pw = np.clip(cs[owner] + wait[owner], ps, pe)  # each piece's wait ends here
     compute = iv.clip(compute, int(lo), int(hi))
-    pts = iv.sorted_unique(np.concatenate([ps, pe, compute[0], compute[1]]))
+    pts = iv.sorted_unique(np.concatenate([ps, pe, pw, compute[0], compute[1]]))
     active = np.zeros(pts.size, dtype=np.int64)
     np.add.at(active, np.searchsorted(pts, ps), 1)
     np.add.at(active, np.searchsorted(pts, pe), -1)
@@ -226,11 +257,13 @@ def _collective_shares(
     cum_exp = np.concatenate([[0.0], np.cumsum(np.where(in_c, 0.0, share))])
     i0, i1 = np.searchsorted(pts, ps), np.searchsorted(pts, pe)
     piece_ovl, piece_exp = cum_ovl[i1] - cum_ovl[i0], cum_exp[i1] - cum_exp[i0]
+    piece_wait = cum_exp[np.searchsorted(pts, pw)] - cum_exp[i0]
     start_step = np.where((cs >= lo) & (cs < hi), step_ids[first], -1)
     out = collectives.with_columns(
         pl.Series("step", start_step).replace(-1, None).cast(pl.Int64),
         pl.Series("overlapped_ns", np.bincount(owner, weights=piece_ovl, minlength=n)),
         pl.Series("exposed_ns", np.bincount(owner, weights=piece_exp, minlength=n)),
+        pl.Series("exposed_wait_ns", np.bincount(owner, weights=piece_wait, minlength=n)),
     )
     pieces = pl.DataFrame(
         {
@@ -239,12 +272,13 @@ def _collective_shares(
             "comm_ns": (pe - ps).astype(np.float64),
             "overlapped_ns": piece_ovl,
             "exposed_ns": piece_exp,
+            "exposed_wait_ns": piece_wait,
         },
         schema=pl.Schema({k: v for k, v in PG_STEPS_SCHEMA.items() if k != "rank"}),
     )
     pg_steps = (
         pieces.group_by("step", "pg")
-        .agg(pl.col("comm_ns", "overlapped_ns", "exposed_ns").sum())
+        .agg(pl.col("comm_ns", "overlapped_ns", "exposed_ns", "exposed_wait_ns").sum())
         .with_columns(pl.lit(rank, pl.Int32).alias("rank"))
         .select(list(PG_STEPS_SCHEMA))
         .sort("step", "pg")

@@ -66,7 +66,7 @@ def run_hta(files: list[str]) -> dict[str, Any]:
 
 
 def _overlap_by_rank(analysis: Any) -> dict[str, float | None]:
-    summary = analysis.rank_summary()
+    summary = analysis.rank_summary
     ranks, pcts = summary["rank"].to_list(), summary["overlap_pct"].to_list()
     return {str(r): p for r, p in zip(ranks, pcts, strict=True)}
 
@@ -82,13 +82,13 @@ def run_commprof(files: list[str], profile_top: int = 0) -> dict[str, Any]:
     cache = tempfile.mkdtemp(prefix="bench-cache-")
     try:
         if profile_top:
-            return _profile(lambda: commprof.open_run(path, cache_dir=cache).analyze(), profile_top)
+            return _profile(lambda: commprof.analyze(commprof.open_run(path, cache_dir=cache)), profile_top)
         t0 = time.perf_counter()
         run = commprof.open_run(path, cache_dir=cache)
         t1 = time.perf_counter()
-        analysis = run.analyze()
+        analysis = commprof.analyze(run)
         t2 = time.perf_counter()
-        compat = run.analyze(AnalysisSettings(hta_compat=True))
+        compat = commprof.analyze(run, AnalysisSettings(hta_compat=True))
         t3 = time.perf_counter()
         out.update(parse_s=t1 - t0, analyze_s=t2 - t1, total_s=t2 - t0, analyze_hta_compat_s=t3 - t2)
         out["maxrss_after_first_ingest_kb"] = _usage()["maxrss_self_kb"]
@@ -99,7 +99,7 @@ def run_commprof(files: list[str], profile_top: int = 0) -> dict[str, Any]:
         again = commprof.open_run(path, cache_dir=cache)
         rows = again.intervals.height + again.collectives.height
         t5 = time.perf_counter()
-        commprof.open_run(path, cache_dir=cache).analyze()
+        commprof.analyze(commprof.open_run(path, cache_dir=cache))
         t6 = time.perf_counter()
         out.update(reopen_read_s=t5 - t4, reopen_analyze_s=t6 - t5, reopen_rows=rows,
                    reparsed_on_reopen=again.ingested.parsed)

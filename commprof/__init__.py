@@ -6,8 +6,9 @@ Python API::
     import commprof
     run = commprof.open_run("runs/exp1")          # a run directory, a folder of traces or one trace
     run.intervals, run.collectives, run.ranks      # polars DataFrames
-    analysis = run.analyze()                       # steps, collectives with exposed/overlapped time
-    analysis.rank_summary(), analysis.pg_summary(), analysis.collectives_summary()
+    analysis = commprof.analyze(run)               # every number the views show (analyzers.pipeline)
+    analysis.rank_summary, analysis.group_summary, analysis.dimension_tier, analysis.stragglers
+    commprof.analyze_run("runs/exp1")              # the ``analyze --format json`` report as a dict
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "analyze_run", "open_run"]
+__all__ = ["__version__", "analyze", "analyze_run", "open_run"]
 
 if TYPE_CHECKING:
+    from commprof.analyzers.pipeline import Analysis, AnalysisSettings
     from commprof.run import Run
 
 
@@ -27,10 +29,19 @@ def open_run(path: Any, **kwargs: Any) -> Run:
     return _open(path, **kwargs)
 
 
+def analyze(run: Any, settings: AnalysisSettings | None = None) -> Analysis:
+    """The analysis of a run (a :class:`Run`, or a path to open)."""
+    from commprof.analyzers.pipeline import analyze as _analyze
+    from commprof.run import Run
+
+    if not isinstance(run, Run):
+        run = open_run(run)
+    return _analyze(run.tables(), settings)
+
+
 def analyze_run(path: Any, *, hta_compat: bool = False) -> dict[str, Any]:
     """Open, analyze and return the ``analyze`` report as a dict (the JSON schema)."""
     from commprof.analyzers.pipeline import AnalysisSettings
     from commprof.report import analysis_json
 
-    run = open_run(path)
-    return analysis_json.build(run, run.analyze(AnalysisSettings(hta_compat=hta_compat)))
+    return analysis_json.build(analyze(open_run(path), AnalysisSettings(hta_compat=hta_compat)))

@@ -13,10 +13,10 @@ import polars as pl
 from commprof.errors import InputError
 from commprof.ingest import store
 from commprof.ingest.discover import Source, discover
-from commprof.ingest.schema import PROCESS_GROUPS, RANKS
+from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
 
 if TYPE_CHECKING:
-    from commprof.analyzers.pipeline import Analysis, AnalysisSettings
+    from commprof.ingest.tables import RunTables
 
 
 @dataclass
@@ -34,6 +34,7 @@ class Run:
     ingested: store.Ingested
     rank_files: list[RankFile]
     warnings: list[str] = field(default_factory=list)
+    _tables: RunTables | None = field(default=None, repr=False)
 
     @property
     def path(self) -> Path:
@@ -132,10 +133,37 @@ class Run:
             pl.col("pg").str.to_integer(strict=False), "pg", nulls_last=True
         )
 
-    def analyze(self, settings: AnalysisSettings | None = None) -> Analysis:
-        from commprof.analyzers.pipeline import AnalysisSettings, analyze
+    def tables(self) -> RunTables:
+        """The frozen bundle every analyzer receives (built once per Run)."""
+        if self._tables is None:
+            self._tables = self._build_tables()
+        return self._tables
 
-        return analyze(self, settings or AnalysisSettings())
+    def _build_tables(self) -> RunTables:
+        from commprof.ingest.sidecar_tables import load_sidecars
+        from commprof.ingest.tables import RunFacts, RunTables
+
+        collectives = self.collectives
+        if collectives.height:
+            collectives = collectives.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("call"))
+        else:
+            collectives = collectives.with_columns(pl.lit(None, pl.Int64).alias("call")) if collectives.width \
+                else pl.DataFrame(schema={**COLLECTIVES, "call": pl.Int64})
+        ranks = self.ranks
+        world = self.world_size
+        sidecars = load_sidecars(self.path, ranks, world, self.ingested.cache)
+        manifest = self.manifest or {}
+        facts = RunFacts(
+            path=str(self.path), kind=self.source.kind, world_size=world or manifest.get("world_size"),
+            synthetic=bool(manifest.get("synthetic", False)),
+            hosts=tuple(sorted({h for h in ranks["host"].to_list() if h})),
+            modes=tuple(sorted(set(ranks["mode"].drop_nulls().to_list()))),
+            manifest=self.manifest,
+        )
+        files = tuple((rf.rank, self.ingested.cache / "intervals" / f"{rf.entry.stem}.parquet")
+                      for rf in self.rank_files)
+        return RunTables(facts, ranks, self.process_groups, collectives, self.step_marks, files, sidecars,
+                         tuple(self.warnings) + sidecars.warnings)
 
 
 def _assign_ranks(ingested: store.Ingested) -> tuple[list[RankFile], list[str]]:

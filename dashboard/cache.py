@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 import polars as pl
 
+import commprof
 from commprof.dashboard import figures, transforms
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class RunCache:
                 raise self._failures[key]
             if key not in self._analyses:
                 try:
-                    self._analyses[key] = self.runs[key].analyze()
+                    self._analyses[key] = commprof.analyze(self.runs[key])
                 except Exception as err:  # noqa: BLE001 - any analyzer bug becomes a message page
                     self._failures[key] = RunFailed(key, err)
                     raise self._failures[key] from err

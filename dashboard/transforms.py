@@ -234,32 +234,6 @@ def group_links(process_groups: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema).sort("size").unique(["a", "b"], keep="first", maintain_order=True)
 
 
-def traffic_matrix(collectives: pl.DataFrame, process_groups: pl.DataFrame, n_steps: int
-                   ) -> tuple[pl.DataFrame, int]:
-    """Long table src, dst, bytes_per_step (see the module doc), and how many calls were left out."""
-    calls = collectives.filter(pl.col("step").is_not_null() & pl.col("bytes").is_not_null())
-    steps = max(n_steps, 1)
-    sends = calls.filter((pl.col("op") == "send") & pl.col("peer").is_not_null()).select(
-        pl.col("rank").cast(pl.Int64).alias("src"), pl.col("peer").cast(pl.Int64).alias("dst"),
-        pl.col("bytes").cast(pl.Float64))
-    coll = calls.filter(~pl.col("op").is_in(P2P_OPS))
-    members = process_groups.select("pg", pl.col("ranks").alias("members"))
-    joined = coll.join(members, on="pg", how="left")
-    known = joined.filter(pl.col("members").list.len() > 1)
-    left_out = joined.height - known.height
-    spread = (
-        known.with_columns((pl.col("bytes") / (pl.col("members").list.len() - 1)).alias("share"))
-        .select(pl.col("rank").cast(pl.Int64).alias("src"), "members", "share")
-        .explode("members").rename({"members": "dst"})
-        .with_columns(pl.col("dst").cast(pl.Int64))
-        .filter(pl.col("dst") != pl.col("src"))
-        .select("src", "dst", pl.col("share").alias("bytes"))
-    )
-    both = pl.concat([sends, spread])
-    out = both.group_by("src", "dst").agg((pl.col("bytes").sum() / steps).alias("bytes_per_step")).sort("src", "dst")
-    return out, left_out
-
-
 # ---------------------------------------------------------------- compare
 def step_and_exposed(steps: pl.DataFrame, by_dimension: pl.DataFrame, by_tier: pl.DataFrame) -> pl.DataFrame:
     """What compare puts side by side: metric, value_ns (means per rank-step)."""

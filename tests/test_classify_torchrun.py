@@ -3,6 +3,8 @@ DeviceMesh dp=2 × tp=2 (tests/record_scripts/mesh_tp_dp.py)."""
 
 from __future__ import annotations
 
+import commprof
+
 import os
 import subprocess
 import sys
@@ -46,7 +48,7 @@ def _by_desc(pgs: pl.DataFrame) -> dict[str, tuple[set[str], list[list[int]]]]:
 
 
 def test_names_decide(recorded: Run) -> None:
-    pgs = recorded.analyze().process_groups
+    pgs = commprof.analyze(recorded).process_groups
     assert {d: ({dim}, ranks) for d, (dim, ranks) in EXPECTED.items()} == _by_desc(pgs)
     assert set(pgs["dimension_source"]) == {"name"} and set(pgs["confidence"]) == {0.95}
     assert set(pgs["tier"]) == {"loopback"} and set(pgs["tier_source"]) == {"hosts"}
@@ -56,7 +58,7 @@ def test_names_decide(recorded: Run) -> None:
 def test_without_descriptions(recorded: Run, layout: str | None) -> None:
     """Descriptions removed: structure alone (contiguous, frequent, small -> tp; strided, rarer, larger
     -> dp; all ranks -> world), or the layout."""
-    analysis = recorded.analyze()
+    analysis = commprof.analyze(recorded)
     pgs = recorded.process_groups
     blind = classify_dimensions(pgs.with_columns(pl.lit(None, pl.String).alias("desc")), analysis.collectives,
                                 analysis.steps, 4, parse_layout(layout) if layout else None)
@@ -67,9 +69,9 @@ def test_without_descriptions(recorded: Run, layout: str | None) -> None:
 
 
 def test_layout_wins_and_dimension_tier_table(recorded: Run) -> None:
-    analysis = recorded.analyze(AnalysisSettings(layout=parse_layout("tp=2,dp=2")))
+    analysis = commprof.analyze(recorded, AnalysisSettings(layout=parse_layout("tp=2,dp=2")))
     assert set(analysis.process_groups["dimension_source"]) == {"layout"}
-    table = analysis.dimension_tier()
+    table = analysis.dimension_tier
     assert set(zip(table["dimension"], table["tier"], strict=True)) == {
         ("tp", "loopback"), ("dp", "loopback"), ("world", "loopback")}
     assert table["efficiency"].is_null().all()  # loopback has no peak

@@ -30,7 +30,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> RunCache:
 
 @pytest.mark.parametrize("key", ["sample", "synth"])
 def test_breakdown_bars_add_up_to_step_time(runs: RunCache, key: str) -> None:
-    summary = runs.analysis(key).rank_summary()
+    summary = runs.analysis(key).rank_summary
     fig = figures.breakdown_figure(summary)
     assert [t.name for t in fig.data] == ["compute", "overlapped comm", "exposed comm", "memory", "idle"]
     stacked = np.sum([np.asarray(t.y) for t in fig.data], axis=0)
@@ -39,7 +39,7 @@ def test_breakdown_bars_add_up_to_step_time(runs: RunCache, key: str) -> None:
 
 
 def test_breakdown_synth_is_exact(runs: RunCache) -> None:
-    fig = figures.breakdown_figure(runs.analysis("synth").rank_summary())
+    fig = figures.breakdown_figure(runs.analysis("synth").rank_summary)
     exposed = dict(zip(fig.data[2].x, fig.data[2].y, strict=True))
     assert exposed["5"] == pytest.approx(expected_parts(SPEC, 5).exposed_comm_ns / 1e6)
     assert exposed["4"] == pytest.approx(expected_parts(SPEC, 4).exposed_comm_ns / 1e6)

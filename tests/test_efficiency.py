@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import commprof
+
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -66,13 +68,13 @@ def _run(tmp_path: Path) -> Path:
 
 def test_efficiency_of_collectives_groups_and_dimension_tier(tmp_path: Path) -> None:
     run = open_run(_run(tmp_path))
-    analysis = run.analyze(AnalysisSettings(network="ib", peaks={"nvlink": 80.0}))
+    analysis = commprof.analyze(run, AnalysisSettings(network="ib", peaks={"nvlink": 80.0}))
     coll = analysis.collectives
     assert sorted(set(zip(coll["pg"], coll["busbw_gbps"], coll["efficiency"], strict=True))) == [
         ("1", 40.0, 0.5), ("2", 40.0, 0.5), ("3", 20.0, 0.4), ("4", 20.0, 0.4)]
-    summary = {r["pg"]: r["efficiency"] for r in analysis.collectives_summary().iter_rows(named=True)}
+    summary = {r["pg"]: r["efficiency"] for r in analysis.collectives_summary.iter_rows(named=True)}
     assert summary == {"1": 0.5, "2": 0.5, "3": 0.4, "4": 0.4}
-    table = {(r["dimension"], r["tier"]): r for r in analysis.dimension_tier().iter_rows(named=True)}
+    table = {(r["dimension"], r["tier"]): r for r in analysis.dimension_tier.iter_rows(named=True)}
     assert set(table) == {("tp", "nvlink"), ("dp", "ib")}
     dp, tp = table[("dp", "ib")], table[("tp", "nvlink")]
     assert (dp["groups"], dp["ops_per_step"], dp["bytes_per_step"]) == (2, 1.0, 8_000_000)
@@ -82,7 +84,7 @@ def test_efficiency_of_collectives_groups_and_dimension_tier(tmp_path: Path) -> 
     assert tp["exposed_pct_of_step"] == pytest.approx(5.0)
     assert (tp["busbw_gbps"], tp["efficiency"]) == (40.0, 0.5)
 
-    report = analysis_json.build(run, analysis)
+    report = analysis_json.build(analysis)
     rows = {(d["dimension"], d["tier"]): d for d in report["dimension_tier"]}
     assert rows[("dp", "ib")]["efficiency"] == 0.4 and rows[("dp", "ib")]["exposed_ns_per_step"] == 400_000
     # the rows' shares add up to the run's exposed share of the step
@@ -99,7 +101,7 @@ def test_efficiency_of_collectives_groups_and_dimension_tier(tmp_path: Path) -> 
 def test_no_peak_no_efficiency(tmp_path: Path) -> None:
     """Without --network the dp groups' tier is unknown: no peak, no efficiency (never a made-up one)."""
     analysis = open_run(_run(tmp_path)).analyze()
-    eff = {r["pg"]: r["efficiency"] for r in analysis.collectives_summary().iter_rows(named=True)}
+    eff = {r["pg"]: r["efficiency"] for r in analysis.collectives_summary.iter_rows(named=True)}
     assert eff == {"1": 40.0 / 450, "2": 40.0 / 450, "3": None, "4": None}
 
 

@@ -21,7 +21,7 @@ def analyze(tmp_path: Path, *builders: TraceBuilder, hta_compat: bool = False) -
     for b in builders:
         b.write(tmp_path / "run" / f"rank-{b.rank}.json")
     run = commprof.open_run(tmp_path / "run", cache_dir=tmp_path / "cache", jobs=1)
-    run.analysis = run.analyze(AnalysisSettings(hta_compat=hta_compat))  # type: ignore[attr-defined]
+    run.analysis = commprof.analyze(run, AnalysisSettings(hta_compat=hta_compat))  # type: ignore[attr-defined]
     return run
 
 
@@ -43,14 +43,14 @@ def test_comm_fully_hidden(tmp_path: Path) -> None:
     run = analyze(tmp_path, b)
     # comm [20,50) lies inside compute [10,60): 30 overlapped; compute alone 20; nothing else runs for 50
     assert parts(run) == expect(compute=20, overlapped_comm=30, idle=50)
-    assert run.analysis.rank_summary()["overlap_pct"][0] == pytest.approx(100.0)  # type: ignore[attr-defined]
+    assert run.analysis.rank_summary["overlap_pct"][0] == pytest.approx(100.0)  # type: ignore[attr-defined]
 
 
 def test_comm_fully_exposed(tmp_path: Path) -> None:
     b = TraceBuilder().step(1, 0, 100).compute(0, 40).nccl(50, 80)
     run = analyze(tmp_path, b)
     assert parts(run) == expect(compute=40, exposed_comm=30, idle=30)
-    assert run.analysis.rank_summary()["overlap_pct"][0] == pytest.approx(0.0)  # type: ignore[attr-defined]
+    assert run.analysis.rank_summary["overlap_pct"][0] == pytest.approx(0.0)  # type: ignore[attr-defined]
 
 
 def test_concurrent_comm_on_two_streams_share_each_instant(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ def test_overlap_matches_hta(runs: dict[str, commprof.run.Run], name: str, rank:
                              kept_pct: float) -> None:
     run = runs[name]
     for compat, expected in ((True, hta_pct), (False, kept_pct)):
-        summary = run.analyze(AnalysisSettings(hta_compat=compat)).rank_summary()
+        summary = commprof.analyze(run, AnalysisSettings(hta_compat=compat)).rank_summary
         row = summary.filter(summary["rank"] == rank).row(0, named=True)
         assert row["overlap_pct"] == pytest.approx(expected, abs=0.5), (name, rank, compat)
 

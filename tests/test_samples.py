@@ -33,7 +33,7 @@ def sample(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def test_every_call_has_its_group_and_bytes(sample: tuple[str, commprof.run.Run]) -> None:
     name, run = sample
     tp, pp, dp = LAYOUTS[name]
-    analysis = run.analyze()
+    analysis = commprof.analyze(run)
     desc = dict(zip(run.process_groups["pg"], run.process_groups["desc"], strict=True))
     coll = analysis.collectives.filter(pl.col("step").is_not_null())
     assert coll.height > 0 and coll["pg"].is_in(list(desc)).all(), "a call without its process group"
@@ -59,7 +59,7 @@ def test_every_call_has_its_group_and_bytes(sample: tuple[str, commprof.run.Run]
 
 def test_groups_are_classified(sample: tuple[str, commprof.run.Run]) -> None:
     name, run = sample
-    pgs = run.analyze(AnalysisSettings()).process_groups
+    pgs = commprof.analyze(run, AnalysisSettings()).process_groups
     dims = {r["desc"]: r["dimension"] for r in pgs.iter_rows(named=True)}
     expected = {"default_pg": "world", "mesh_tp": "tp", "mesh_dp": "dp"}
     if "pp" in name:

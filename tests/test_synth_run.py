@@ -18,7 +18,7 @@ PARTS = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "id
 def test_analysis_reproduces_expected_parts(tmp_path: Path, ranks: int, layout: tuple[int, int, int]) -> None:
     spec = SynthSpec(ranks=ranks, steps=3, layout=layout, kernels_per_phase=3)
     path = make_run(tmp_path / "run", ranks=ranks, steps=3, layout=layout, kernels_per_phase=3)
-    analysis = commprof.open_run(path).analyze()
+    analysis = commprof.analyze(commprof.open_run(path))
     assert analysis.steps.height == ranks * 3
     for row in analysis.steps.iter_rows(named=True):
         assert Parts(*(row[p] for p in PARTS)) == expected_parts(spec, row["rank"]), row
@@ -28,7 +28,7 @@ def test_analysis_reproduces_expected_parts(tmp_path: Path, ranks: int, layout: 
 def test_straggler_and_its_group(tmp_path: Path) -> None:
     spec = SynthSpec(ranks=16, layout=(4, 2, 2), straggler_rank=5, straggler_delay_us=70)
     path = make_run(tmp_path / "run", ranks=16, layout=(4, 2, 2), straggler_rank=5, straggler_delay_us=70)
-    steps = commprof.open_run(path).analyze().steps
+    steps = commprof.analyze(commprof.open_run(path)).steps
     exposed = dict(steps.group_by("rank").agg(pl.col("exposed_comm_ns").first()).iter_rows())
     base = 100_000 + 100_000 + 40_000  # TP all-reduce + half the DP all-reduce + the p2p
     assert exposed[5] == base  # the straggler itself waits for nobody
@@ -45,7 +45,7 @@ def test_per_collective_shares_and_metadata(tmp_path: Path) -> None:
     assert len(manifest["hosts"]) == 2 and len(manifest["ranks"]) == 12
     pgs = run.process_groups
     assert set(pgs["desc"].to_list()) == {"default_pg", "mesh_tp", "mesh_dp", "mesh_pp"}
-    coll = run.analyze().collectives
+    coll = commprof.analyze(run).collectives
     tp = coll.filter((pl.col("op") == "all_reduce") & (pl.col("group_size") == 2) & (pl.col("rank") == 0))
     assert tp["bytes"].to_list()[0] in (16 << 20, 256 << 20)
     # a middle pipeline stage sends and receives at once: each call gets half of the exposed instant

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import commprof
+
 from pathlib import Path
 
 import polars as pl
@@ -17,7 +19,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 
 
 def _tiers(run_dir: Path, **settings: object) -> dict[str, tuple[str, str | None]]:
-    pgs = open_run(run_dir).analyze(AnalysisSettings(**settings)).process_groups  # type: ignore[arg-type]
+    pgs = commprof.analyze(open_run(run_dir), AnalysisSettings(**settings)).process_groups  # type: ignore[arg-type]
     return {r["pg"]: (r["tier"], r["tier_source"]) for r in pgs.iter_rows(named=True)}
 
 
@@ -72,7 +74,7 @@ def test_nccl_log_fixtures_map_to_process_groups(fixture: str, tmp_path: Path) -
     hosts, groups, expected, peak = NCCL_CASES[fixture]
     ranks = _hosts(*hosts)
     run_dir = write_run(tmp_path / fixture, ranks, [GroupSpec(*g) for g in groups], nccl_logs=FIXTURES / fixture)
-    analysis = open_run(run_dir).analyze()
+    analysis = commprof.analyze(open_run(run_dir))
     pgs = {r["pg"]: r for r in analysis.process_groups.iter_rows(named=True)}
     assert {pg: (r["tier"], r["tier_source"]) for pg, r in pgs.items()} == {
         pg: (tier, "nccl_log") for pg, tier in expected.items()}
@@ -89,7 +91,7 @@ def test_split_communicators_found_by_pid(tmp_path: Path) -> None:
     ranks = _hosts(("roce1", [5001, 5002]), ("roce2", [5101, 5102]))
     run_dir = write_run(tmp_path / "r", ranks, [GroupSpec("1", None, (0, 2)), GroupSpec("2", None, (1, 3))],
                         nccl_logs=FIXTURES / "roce_2.27")
-    pgs = open_run(run_dir).analyze().process_groups
+    pgs = commprof.analyze(open_run(run_dir)).process_groups
     assert dict(zip(pgs["pg"], pgs["nccl_comm"], strict=True)) == {
         "1": "0x5e6f708192a3b4c5/s1c0", "2": "0x5e6f708192a3b4c5/s1c1"}
 
@@ -133,7 +135,7 @@ def test_nccl_without_logs_hosts_then_network_flag(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "n", TWO_NODES, GROUPS)
     assert _tiers(run_dir) == {"0": ("unknown", None), "1": ("nvlink", "assumed"), "2": ("nvlink", "assumed"),
                                "3": ("unknown", None)}
-    warnings = open_run(run_dir).analyze().warnings
+    warnings = commprof.analyze(open_run(run_dir)).warnings
     assert any("span several hosts" in w and "--network" in w for w in warnings)
     assert _tiers(run_dir, network="ib") == {"0": ("ib", "assumed"), "1": ("nvlink", "assumed"),
                                              "2": ("nvlink", "assumed"), "3": ("ib", "assumed")}
@@ -167,7 +169,7 @@ def test_topology_captures_decide_before_assumptions(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "t", TWO_NODES, GROUPS, topology=topology)
     assert _tiers(run_dir, network="ethernet") == {
         "0": ("ib", "topology"), "1": ("pcie", "topology"), "2": ("nvlink", "topology"), "3": ("ib", "topology")}
-    pgs = open_run(run_dir).analyze().process_groups
+    pgs = commprof.analyze(open_run(run_dir)).process_groups
     assert dict(zip(pgs["pg"], pgs["peak_gbps"], strict=True)) == {"0": 50.0, "1": 64.0, "2": 450.0, "3": 50.0}
 
 
@@ -183,7 +185,7 @@ def test_gpus_per_node_places_ranks_when_traces_carry_no_host(tmp_path: Path) ->
     assert set(_tiers(run_dir).values()) == {("unknown", None)}
     assert _tiers(run_dir, gpus_per_node=2, network="roce") == {
         "0": ("roce", "assumed"), "1": ("nvlink", "assumed"), "2": ("nvlink", "assumed"), "3": ("roce", "assumed")}
-    nodes = open_run(run_dir).analyze(AnalysisSettings(gpus_per_node=2)).process_groups["nodes_spanned"]
+    nodes = commprof.analyze(open_run(run_dir), AnalysisSettings(gpus_per_node=2)).process_groups["nodes_spanned"]
     assert nodes.to_list() == [2, 1, 1, 2]
 
 

@@ -9,6 +9,7 @@ analyzer adds ``findings`` to the report.
 from __future__ import annotations
 
 from commprof.check.config import CheckConfig, load_config
-from commprof.check.rules import CheckResult, RuleResult, Violation, evaluate
+from commprof.check.results import CheckResult, RuleResult, Violation
+from commprof.check.rules import evaluate
 
 __all__ = ["CheckConfig", "CheckResult", "RuleResult", "Violation", "evaluate", "load_config"]

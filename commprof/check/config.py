@@ -17,7 +17,7 @@ directory; the ``[tool.commprof]`` table of ``pyproject.toml`` there. Flags over
 
     [tier.nvlink]                      # per (group, op) on that tier, calls of at least min_bytes
     min_busbw_efficiency = 0.6
-    peak_gbps = 450                    # overrides the default peak
+    peak_gbps = 450                    # replaces the analysis' peak (as analyze --peak nvlink=450)
     min_bytes = 1048576
 """
 
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commprof.analyzers.efficiency import TIERS_WITHOUT_PEAK
 from commprof.errors import CommprofError
 from commprof.vocab import DIMENSIONS, SEVERITIES, TIERS
 
@@ -41,8 +42,6 @@ else:  # pragma: no cover - Python 3.10
     except ImportError:
         tomllib = None
 
-# Peak bus bandwidth per GPU and direction (GB/s), DESIGN §1; override with [tier.X] peak_gbps.
-DEFAULT_PEAK_GBPS: dict[str, float] = {"nvlink": 450.0, "pcie": 64.0, "ib": 50.0, "roce": 50.0, "ethernet": 12.5}
 DEFAULT_MIN_BYTES = 1 << 20
 
 # key -> value kind, per table
@@ -94,11 +93,9 @@ class CheckConfig:
             out[key] = {name: {k: v for k, v in vars(lim).items() if v is not None} for name, lim in table.items()}
         return out
 
-    def peak_gbps(self, tier: str) -> float | None:
-        limits = self.tier.get(tier)
-        if limits is not None and limits.peak_gbps is not None:
-            return limits.peak_gbps
-        return DEFAULT_PEAK_GBPS.get(tier)
+    def peak_overrides(self) -> dict[str, float]:
+        """[tier.X] peak_gbps values: they replace the analysis' peaks (analyze --peak) for those tiers."""
+        return {name: lim.peak_gbps for name, lim in self.tier.items() if lim.peak_gbps is not None}
 
 
 def _suggest(name: str, known: list[str] | tuple[str, ...]) -> str:
@@ -184,7 +181,7 @@ def _apply(config: CheckConfig, data: dict[str, Any], source: _Source) -> None:
 
 def _validate(config: CheckConfig, source: _Source) -> None:
     for name, limits in config.tier.items():
-        if limits.min_busbw_efficiency is not None and config.peak_gbps(name) is None:
+        if limits.min_busbw_efficiency is not None and name in TIERS_WITHOUT_PEAK and limits.peak_gbps is None:
             raise source.error(f"[tier.{name}] min_busbw_efficiency needs a peak: no default peak for tier "
                                f"{name!r}, set tier.{name}.peak_gbps", name)
 

@@ -4,29 +4,28 @@ or a ``check --format json`` report (which embeds the analyze report)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commprof.errors import InputError
+from commprof.report.analysis_json import SCHEMA_VERSION as ANALYZE_SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    from commprof.analyzers.pipeline import Analysis
+    from commprof.analyzers.pipeline import Analysis, AnalysisSettings
     from commprof.run import Run
 
-ANALYZE_SCHEMA_VERSION = 1
 CHECK_FORMAT = "commprof-check"
-CHECK_SCHEMA_VERSION = 1
+CHECK_SCHEMA_VERSION = 2  # 2: the embedded report holds the stragglers (skew.stragglers)
 
 
 @dataclass
 class Loaded:
-    """One input: the analyze report always; the run and its analysis when traces were given; the
-    straggler table when it is known (from the run, or embedded in a check report)."""
+    """One input: the analyze report always; the run and its analysis when traces were given."""
 
     path: str
     report: dict[str, Any]
-    stragglers: list[dict[str, Any]] | None = None
     run: Run | None = None
     analysis: Analysis | None = None
 
@@ -54,13 +53,11 @@ def read_report(path: Path) -> Loaded:
         raise InputError(f"not valid JSON: {err.msg}", path, f"line {err.lineno}, column {err.colno}") from None
     if not isinstance(doc, dict) or "schema_version" not in doc:
         raise InputError("not a commprof report (no schema_version)", path)
-    stragglers = None
     if doc.get("format") == CHECK_FORMAT:
         if doc["schema_version"] != CHECK_SCHEMA_VERSION:
             raise InputError(
                 f"check report schema_version {doc['schema_version']!r}; this commprof reads version "
                 f"{CHECK_SCHEMA_VERSION} (re-run commprof check with this version)", path)
-        stragglers = doc.get("stragglers")
         doc = doc.get("report")
         if not isinstance(doc, dict) or "schema_version" not in doc:
             raise InputError("check report without its embedded analyze report", path)
@@ -68,14 +65,16 @@ def read_report(path: Path) -> Loaded:
         raise InputError(
             f"report schema_version {doc['schema_version']!r}; this commprof reads version "
             f"{ANALYZE_SCHEMA_VERSION} (re-run commprof analyze --format json with this version)", path)
-    for key in ("totals", "ranks", "process_groups", "collectives_summary"):
+    for key in ("totals", "ranks", "process_groups", "collectives_summary", "dimensions", "tiers", "skew"):
         if key not in doc:
             raise InputError(f"not a commprof analyze report (no {key!r})", path)
-    return Loaded(str(path), doc, stragglers)
+    return Loaded(str(path), doc)
 
 
-def load(path: str, jobs: int | None = None, *, need_run: bool = False) -> Loaded:
-    """A report file as is; anything else is opened as a run and analyzed."""
+def load(path: str, open_run: Callable[[str], Run], *, need_run: bool = False,
+         settings: AnalysisSettings | None = None) -> Loaded:
+    """A report file as is; anything else is opened with ``open_run`` (the CLI's, with its progress
+    bar) and analyzed."""
     file = Path(path)
     if not file.exists():
         raise InputError("no such file or folder", path)
@@ -83,11 +82,9 @@ def load(path: str, jobs: int | None = None, *, need_run: bool = False) -> Loade
         if need_run:
             raise InputError("this needs the run's traces, not a JSON report", path)
         return read_report(file)
-    from commprof.check.stragglers import straggler_table
-    from commprof.cli.common import open_run_with_progress
+    from commprof.analyzers.pipeline import analyze
     from commprof.report import analysis_json
 
-    run = open_run_with_progress(path, jobs)
-    analysis = run.analyze()
-    report = analysis_json.build(run, analysis)
-    return Loaded(path, report, straggler_table(analysis), run, analysis)
+    run = open_run(path)
+    analysis = analyze(run.tables(), settings)
+    return Loaded(path, analysis_json.build(analysis), run, analysis)

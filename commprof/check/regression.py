@@ -8,23 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from commprof.check.rules import FAIL, PASS, SKIP, RuleResult, Violation
-
-
-def rank_steps(report: dict[str, Any]) -> int:
-    return sum(int(r.get("steps") or 0) for r in report.get("ranks", []))
-
-
-def exposed_by(report: dict[str, Any], key: str, column: str = "exposed_ns") -> dict[str, float]:
-    """Mean ns per rank and step of a collectives_summary column, per dimension or tier."""
-    n = rank_steps(report)
-    out: dict[str, float] = {}
-    if not n:
-        return out
-    for c in report.get("collectives_summary", []):
-        name = c.get(key) or "unknown"
-        out[name] = out.get(name, 0.0) + (c.get(column) or 0) / n
-    return out
+from commprof.check.results import FAIL, PASS, SKIP, RuleResult, Violation
+from commprof.vocab import UNKNOWN
 
 
 def _metrics(report: dict[str, Any]) -> dict[str, tuple[str, float | None]]:
@@ -33,9 +18,11 @@ def _metrics(report: dict[str, Any]) -> dict[str, tuple[str, float | None]]:
         "regression.step_time": ("mean step time per rank", totals.get("step_ns")),
         "regression.exposed_comm": ("mean exposed comm per rank and step", totals.get("exposed_comm_ns")),
     }
-    for dim, value in sorted(exposed_by(report, "dimension").items()):
-        if dim != "unknown":
-            out[f"regression.exposed_comm.{dim}"] = (f"exposed {dim} comm per rank and step", value)
+    for row in sorted(report.get("dimensions") or [], key=lambda r: str(r.get("dimension"))):
+        dim = row.get("dimension")
+        if dim and dim != UNKNOWN:
+            out[f"regression.exposed_comm.{dim}"] = (f"exposed {dim} comm per rank and step",
+                                                     row.get("exposed_ns_per_step"))
     return out
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from commprof.check.config import CheckConfig
 from commprof.check.inputs import CHECK_FORMAT, CHECK_SCHEMA_VERSION
-from commprof.check.rules import FAIL, PASS, CheckResult, RuleResult
+from commprof.check.results import FAIL, PASS, CheckResult, RuleResult
 from commprof.report.analysis_json import json_safe
 
 MARK = {PASS: "PASS", FAIL: "FAIL", "skip": "SKIP"}
@@ -17,7 +17,7 @@ MD_MARK = {PASS: "✅ pass", FAIL: "❌ fail", "skip": "⏭️ skip"}
 
 
 def build(result: CheckResult, config: CheckConfig, report: dict[str, Any],
-          stragglers: list[dict[str, Any]] | None, baseline_path: str | None = None) -> dict[str, Any]:
+          baseline_path: str | None = None) -> dict[str, Any]:
     doc = {
         "format": CHECK_FORMAT,
         "schema_version": CHECK_SCHEMA_VERSION,
@@ -28,7 +28,6 @@ def build(result: CheckResult, config: CheckConfig, report: dict[str, Any],
         "config": {"source": config.source, "rules": config.as_dict()},
         "baseline": baseline_path,
         "rules": [r.as_dict() for r in result.rules],
-        "stragglers": stragglers,
         "report": report,
     }
     cleaned: dict[str, Any] = json_safe(doc)

@@ -1,65 +1,19 @@
-"""The check rules. Each reads the analyze report (and the straggler table) and says, per subject
-(rank, process group, group and op, finding), measured versus allowed.
+"""The check rules. Each reads numbers the analysis made (the analyze report) and says, per subject
+(rank, process group, group and op, finding), measured versus allowed; none computes a number itself.
 
-A rule with nothing to look at (no group of that dimension yet, no calls on that tier) is *skipped*,
-not failed: dimensions and tiers are ``unknown`` until classification knows better, and the rules
-start to bite, unchanged, once the report carries them.
+A rule with nothing to look at (no group of that dimension in this run, no calls on that tier) is
+*skipped*, not failed, and its detail says why: pass ``--layout`` or ``--network`` to ``analyze`` when a
+dimension or tier shows as ``unknown``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from commprof.check.config import CheckConfig
-from commprof.vocab import SEVERITIES
-
-PASS, FAIL, SKIP = "pass", "fail", "skip"
-
-
-@dataclass
-class Violation:
-    where: dict[str, Any]  # rank / pg / dimension / tier / op / finding
-    measured: float
-    allowed: float
-    message: str
-
-
-@dataclass
-class RuleResult:
-    name: str  # as in the config: "max_exposed_comm_pct", "dimension.tp.max_exposed_comm_pct", ...
-    description: str
-    status: str  # pass | fail | skip
-    unit: str
-    allowed: float | None
-    measured: float | None = None  # the worst subject
-    checked: int = 0  # subjects evaluated
-    violations: list[Violation] = field(default_factory=list)
-    detail: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "description": self.description, "status": self.status, "unit": self.unit,
-            "allowed": self.allowed, "measured": self.measured, "checked": self.checked, "detail": self.detail,
-            "violations": [vars(v) for v in self.violations],
-        }
-
-
-@dataclass
-class CheckResult:
-    rules: list[RuleResult]
-
-    @property
-    def failed(self) -> list[RuleResult]:
-        return [r for r in self.rules if r.status == FAIL]
-
-    @property
-    def passed(self) -> bool:
-        return not self.failed
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.passed else 1
+from commprof.check.config import CheckConfig, ConfigError
+from commprof.check.regression import regression_rules
+from commprof.check.results import FAIL, PASS, SKIP, CheckResult, RuleResult, Violation
+from commprof.vocab import SEVERITIES, UNKNOWN
 
 
 def _where_text(where: dict[str, Any]) -> str:
@@ -97,51 +51,38 @@ def _limit_rule(name: str, description: str, unit: str, allowed: float, subjects
 
 
 def _rank_subjects(report: dict[str, Any], pct: bool) -> list[tuple[dict[str, Any], float]]:
-    out = []
-    for r in report["ranks"]:
-        step, exposed = r.get("step_ns"), r.get("exposed_comm_ns")
-        if not step or exposed is None:
-            continue
-        out.append(({"rank": r["rank"]}, 100.0 * exposed / step if pct else exposed / 1e6))
-    return out
-
-
-def _group_step_ns(report: dict[str, Any], group: dict[str, Any]) -> float | None:
-    """Mean step time of the ranks in a group (the run's mean when the group's ranks are unknown)."""
-    members = set(group.get("ranks") or [])
-    steps = [r["step_ns"] for r in report["ranks"] if r["rank"] in members and r.get("step_ns")]
-    if steps:
-        return float(sum(steps)) / len(steps)
-    value = report.get("totals", {}).get("step_ns")
-    return float(value) if value else None
+    key = "exposed_pct_of_step" if pct else "exposed_comm_ns"
+    return [({"rank": r["rank"]}, r[key] if pct else r[key] / 1e6)
+            for r in report["ranks"] if r.get(key) is not None]
 
 
 def _dimension_subjects(report: dict[str, Any], dimension: str, pct: bool) -> list[tuple[dict[str, Any], float]]:
+    key = "exposed_pct_of_step" if pct else "exposed_ns_per_step"
     out = []
     for g in report["process_groups"]:
-        if (g.get("dimension") or "unknown") != dimension or g.get("exposed_ns_per_step") is None:
+        if (g.get("dimension") or UNKNOWN) != dimension or g.get(key) is None or not g.get("calls"):
             continue
-        step = _group_step_ns(report, g)
-        if not step:
-            continue
-        exposed = g["exposed_ns_per_step"]
         where = {"pg": g["pg"], "dimension": dimension, "tier": g.get("tier"), "ranks": g.get("ranks")}
-        out.append((where, 100.0 * exposed / step if pct else exposed / 1e6))
+        out.append((where, g[key] if pct else g[key] / 1e6))
     return out
 
 
-def _tier_subjects(
-    report: dict[str, Any], tier: str, peak: float, min_bytes: float,
-) -> list[tuple[dict[str, Any], float]]:
+def _tier_subjects(report: dict[str, Any], tier: str, min_bytes: float) -> list[tuple[dict[str, Any], float]]:
     out = []
     for c in report["collectives_summary"]:
-        if (c.get("tier") or "unknown") != tier or c.get("busbw_gbps") is None or not c.get("count"):
+        if (c.get("tier") or UNKNOWN) != tier or c.get("efficiency") is None or not c.get("count"):
             continue
         if c.get("bytes") is None or c["bytes"] / c["count"] < min_bytes:
             continue  # small messages are latency-bound: their bandwidth says nothing about the link
         where = {"pg": c["pg"], "dimension": c.get("dimension"), "tier": tier, "op": c["op"]}
-        out.append((where, c["busbw_gbps"] / peak))
+        out.append((where, c["efficiency"]))
     return out
+
+
+def _tier_peak(report: dict[str, Any], tier: str) -> float | None:
+    peaks = {c.get("peak_gbps") for c in report["collectives_summary"] if c.get("tier") == tier}
+    peaks.discard(None)
+    return max(peaks) if peaks else None
 
 
 def _findings_rule(report: dict[str, Any], threshold: str) -> RuleResult:
@@ -165,18 +106,16 @@ def _findings_rule(report: dict[str, Any], threshold: str) -> RuleResult:
 
 def _straggler_rule(stragglers: list[dict[str, Any]], allowed_ms: float) -> RuleResult:
     subjects = [
-        ({"rank": s["rank"], "pg": s["pg"], "op": s["op"], "call": s["match"], "step": s["step"],
-          "late_rank": s["late_rank"]}, s["max_wait_ns"] / 1e6)
-        for s in stragglers
+        ({"rank": s["rank"], "pg": s["max_wait_pg"], "op": s["max_wait_op"], "call": s["max_wait_call"],
+          "step": s["max_wait_step"], "late_rank": s["max_wait_late_rank"]}, s["max_wait_ns"] / 1e6)
+        for s in stragglers if s.get("max_wait_ns") is not None
     ]
     return _limit_rule("max_straggler_wait_ms", "longest wait of a rank for the last rank to start a collective",
                        "ms", allowed_ms, subjects, empty="no collective matched on two or more ranks")
 
 
-def evaluate(config: CheckConfig, report: dict[str, Any], stragglers: list[dict[str, Any]] | None,
-             baseline: dict[str, Any] | None = None) -> CheckResult:
-    """Every configured rule, in a stable order. ``stragglers`` is None when they are unknown (a JSON
-    report without them): the straggler rule then says so and is skipped by the caller's choice."""
+def evaluate(config: CheckConfig, report: dict[str, Any], baseline: dict[str, Any] | None = None) -> CheckResult:
+    """Every configured rule, in a stable order."""
     rules: list[RuleResult] = []
     if config.max_exposed_comm_pct is not None:
         rules.append(_limit_rule("max_exposed_comm_pct", "exposed comm share of step time, per rank", "%",
@@ -197,26 +136,24 @@ def evaluate(config: CheckConfig, report: dict[str, Any], stragglers: list[dict[
     for tier, tier_limits in sorted(config.tier.items()):
         if tier_limits.min_busbw_efficiency is None:
             continue
-        peak = config.peak_gbps(tier)
-        assert peak is not None  # config validation guarantees a peak
+        peak = _tier_peak(report, tier)
+        wanted = tier_limits.peak_gbps
+        if wanted is not None and peak is not None and abs(peak - wanted) > 1e-9:
+            raise ConfigError(f"[tier.{tier}] peak_gbps = {wanted:g}, but the report's efficiencies on {tier} were "
+                              f"computed with a {peak:g} GB/s peak; check the run itself, or make the report with "
+                              f"commprof analyze --peak {tier}={wanted:g}")
+        peak_text = f"{peak:g} GB/s peak" if peak else "peak"
         rules.append(_limit_rule(
             f"tier.{tier}.min_busbw_efficiency",
-            f"busbw / {peak:g} GB/s peak on {tier}, per group and op (calls ≥ {tier_limits.min_bytes:,.0f} B)", "",
-            tier_limits.min_busbw_efficiency, _tier_subjects(report, tier, peak, tier_limits.min_bytes),
+            f"busbw / {peak_text} on {tier}, per group and op (calls ≥ {tier_limits.min_bytes:,.0f} B)", "",
+            tier_limits.min_busbw_efficiency, _tier_subjects(report, tier, tier_limits.min_bytes),
             higher_is_worse=False,
-            empty=f"no collective on tier {tier} with known bytes ≥ {tier_limits.min_bytes:,.0f}"))
+            empty=f"no collective on tier {tier} with known bytes ≥ {tier_limits.min_bytes:,.0f} and a known peak "
+                  "(set peak_gbps for the tier)"))
     if config.max_straggler_wait_ms is not None:
-        if stragglers is None:
-            skipped = RuleResult("max_straggler_wait_ms", "longest wait for the last rank", SKIP, "ms",
-                                 config.max_straggler_wait_ms,
-                                 detail="the input is a report without per-call data; give the run")
-            rules.append(skipped)
-        else:
-            rules.append(_straggler_rule(stragglers, config.max_straggler_wait_ms))
+        rules.append(_straggler_rule(report["skew"]["stragglers"], config.max_straggler_wait_ms))
     if config.fail_on_findings is not None:
         rules.append(_findings_rule(report, config.fail_on_findings))
     if baseline is not None:
-        from commprof.check.regression import regression_rules
-
         rules.extend(regression_rules(report, baseline, config.max_regression_pct, config.noise_floor_ms))
     return CheckResult(rules)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+import commprof
 from commprof.cli.common import open_run_with_progress, output_options, write_output
 
 
@@ -45,8 +46,8 @@ def analyze(path: str, hta_compat: bool, top: int, jobs: int | None, layout: str
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks),
     )
     run = open_run_with_progress(path, jobs)
-    analysis = run.analyze(settings)
-    report = analysis_json.build(run, analysis)
+    analysis = commprof.analyze(run, settings)
+    report = analysis_json.build(analysis)
     if fmt == "json":
         write_output(json.dumps(report, indent=2), output)
     elif fmt == "markdown":

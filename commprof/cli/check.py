@@ -87,10 +87,17 @@ def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | Non
     config = load_config(config_path, overrides)
     if baseline is not None:
         config.baseline = baseline
-    base = inputs.load(config.baseline, jobs) if config.baseline else None
-    loaded = inputs.load(path, jobs)
-    result = evaluate(config, loaded.report, loaded.stragglers, base.report if base else None)
-    doc = render.build(result, config, loaded.report, loaded.stragglers, base.path if base else None)
+    from commprof.analyzers.pipeline import AnalysisSettings
+    from commprof.cli.common import open_run_with_progress
+
+    def opener(p: str) -> Any:
+        return open_run_with_progress(p, jobs)
+
+    settings = AnalysisSettings(peaks=config.peak_overrides())
+    base = inputs.load(config.baseline, opener, settings=settings) if config.baseline else None
+    loaded = inputs.load(path, opener, settings=settings)
+    result = evaluate(config, loaded.report, base.report if base else None)
+    doc = render.build(result, config, loaded.report, base.path if base else None)
     write_output(_render(fmt, doc), output)
     for extra_fmt, extra_path in (("junit", junit_path), ("markdown", markdown_path), ("json", json_path)):
         if extra_path is not None:

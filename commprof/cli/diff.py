@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,9 +20,13 @@ def diff(a: str, b: str, jobs: int | None, fmt: str, output: Path | None) -> Non
     """Compare run B against run A: step time, exposed and overlapped comm per dimension and tier,
     bytes per step, busbw, findings new or gone."""
     from commprof.check import inputs
+    from commprof.cli.common import open_run_with_progress
     from commprof.report import diff as diff_report
 
-    left, right = inputs.load(a, jobs), inputs.load(b, jobs)
+    def opener(p: str) -> Any:
+        return open_run_with_progress(p, jobs)
+
+    left, right = inputs.load(a, opener), inputs.load(b, opener)
     doc = diff_report.build(left.report, right.report, a, b)
     if fmt == "json":
         write_output(json.dumps(doc, indent=2), output)

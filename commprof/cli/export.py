@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+import commprof
+
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=str))
@@ -20,14 +22,15 @@ def export(path: str, perfetto_path: Path, split_dir: Path | None, jobs: int | N
     from commprof.cli.common import open_run_with_progress
     from commprof.errors import UsageError
     from commprof.export import perfetto
+    from commprof.ingest.exports import split_by_rank
 
     run = open_run_with_progress(path, jobs)
-    trace = perfetto.build(run, run.analyze())
+    trace = perfetto.build(run, commprof.analyze(run))
     try:
         perfetto.write(trace, perfetto_path)
         if split_dir is not None:
             split_dir.mkdir(parents=True, exist_ok=True)
-            for rank, part in perfetto.split_by_rank(trace).items():
+            for rank, part in split_by_rank(trace).items():
                 perfetto.write(part, split_dir / f"rank-{rank}.json")
     except OSError as err:
         raise UsageError(f"cannot write the export: {err.strerror}", err.filename) from None

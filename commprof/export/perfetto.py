@@ -37,13 +37,12 @@ import polars as pl
 from commprof.analyzers import intervals as iv
 from commprof.analyzers.overlap import effective_compute
 from commprof.ingest import names
+from commprof.ingest.exports import FORMAT, VERSION, distributed_info
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis
     from commprof.run import Run
 
-FORMAT = "commprof-perfetto"
-VERSION = 1
 TID_STEPS, TID_COMPUTE, TID_MEMORY, TID_EXPOSED, TID_FIRST_LANE = 1, 2, 3, 4, 10
 
 
@@ -230,7 +229,7 @@ def build(run: Run, analysis: Analysis) -> dict[str, Any]:
         "traceEvents": events,
     }
     if len(run.rank_files) == 1:
-        trace["distributedInfo"] = _distributed_info(trace, run.rank_files[0].rank)
+        trace["distributedInfo"] = distributed_info(trace, run.rank_files[0].rank)
     return trace
 
 
@@ -240,25 +239,6 @@ def _pg_config(run: Run) -> list[dict[str, Any]]:
          "pg_size": g["size"] or 0, "ranks": g["ranks"] or []}
         for g in run.process_groups.iter_rows(named=True)
     ]
-
-
-def _distributed_info(trace: dict[str, Any], rank: int) -> dict[str, Any]:
-    meta = trace["commprof"]
-    return {"rank": rank, "world_size": meta["world_size"] or len(meta["ranks"]),
-            "pg_count": len(meta["process_groups"]), "pg_config": meta["process_groups"]}
-
-
-def split_by_rank(trace: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """A merged export -> one Kineto-style trace per rank (pid), each with its ``distributedInfo``."""
-    out: dict[int, dict[str, Any]] = {}
-    for ev in trace["traceEvents"]:
-        pid = int(ev["pid"])
-        if pid not in out:
-            out[pid] = {k: v for k, v in trace.items() if k not in ("traceEvents", "distributedInfo")}
-            out[pid]["distributedInfo"] = _distributed_info(trace, pid)
-            out[pid]["traceEvents"] = []
-        out[pid]["traceEvents"].append(ev)
-    return out
 
 
 def write(trace: dict[str, Any], path: Path) -> None:

@@ -30,6 +30,7 @@ import polars as pl
 
 from commprof.errors import InputError, TruncatedTraceError
 from commprof.ingest.discover import Source
+from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
 from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
 from commprof.ingest.schema import INGEST_VERSION
 
@@ -67,7 +68,7 @@ def _entries(source: Source) -> list[FileEntry]:
     return out
 
 
-EXPORT_MARK = b"commprof-perfetto"
+EXPORT_MARK = EXPORT_FORMAT.encode()
 
 
 def _is_merged_export(path: Path) -> bool:
@@ -96,7 +97,7 @@ def _expand_exports(entries: list[FileEntry], cache: Path, known: dict[str, Any]
         key = f"{entry.size}:{entry.mtime_ns}"
         marker = folder / ".source"
         if not marker.is_file() or marker.read_text() != key:
-            from commprof.export.perfetto import split_by_rank
+            from commprof.ingest.exports import split_by_rank
 
             raw = entry.path.read_bytes()
             try:

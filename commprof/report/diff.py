@@ -1,8 +1,8 @@
 """What changed between two runs, from their analyze reports: step time and its parts, exposed and
 overlapped comm, bytes and busbw per dimension and per tier, findings that appeared or went away.
 
-Per-dimension and per-tier figures are means per rank and step over the whole run (the report's
-``collectives_summary`` totals divided by the analyzed rank-steps), so runs of different lengths compare.
+Per-dimension and per-tier figures are the reports' own ``dimensions`` and ``tiers`` rows (means per rank
+and step over the whole run), so runs of different lengths compare and nothing is recomputed here.
 """
 
 from __future__ import annotations
@@ -11,13 +11,16 @@ from datetime import datetime, timezone
 from typing import Any
 
 from commprof.report.analysis_json import json_safe
+from commprof.vocab import UNKNOWN
 
 FORMAT = "commprof-diff"
 SCHEMA_VERSION = 1
 
-TOTALS = ("step_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns",
+TOTALS = ("step_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
+          "memory_ns", "idle_ns",
           "overlap_pct", "exposed_comm_pct_of_step")
-GROUP_METRICS = ("exposed_ns_per_step", "overlapped_ns_per_step", "comm_ns_per_step", "bytes_per_step", "busbw_gbps")
+GROUP_METRICS = ("exposed_ns_per_step", "exposed_wait_ns_per_step", "exposed_transfer_ns_per_step",
+                 "overlapped_ns_per_step", "comm_ns_per_step", "bytes_per_step", "busbw_gbps")
 
 
 def _change(a: float | None, b: float | None) -> dict[str, float | None]:
@@ -27,27 +30,9 @@ def _change(a: float | None, b: float | None) -> dict[str, float | None]:
 
 
 def _by(report: dict[str, Any], key: str) -> dict[str, dict[str, float | None]]:
-    steps = sum(int(r.get("steps") or 0) for r in report.get("ranks", [])) or 1
-    sums: dict[str, dict[str, float]] = {}
-    for c in report.get("collectives_summary", []):
-        acc = sums.setdefault(c.get(key) or "unknown", {"exposed": 0.0, "overlapped": 0.0, "comm": 0.0, "bytes": 0.0,
-                                                        "bw_time": 0.0, "bw_weighted": 0.0})
-        acc["exposed"] += c.get("exposed_ns") or 0
-        acc["overlapped"] += c.get("overlapped_ns") or 0
-        acc["comm"] += c.get("comm_ns") or 0
-        acc["bytes"] += c.get("bytes") or 0
-        if c.get("busbw_gbps") is not None and c.get("comm_ns"):
-            acc["bw_time"] += c["comm_ns"]
-            acc["bw_weighted"] += c["busbw_gbps"] * c["comm_ns"]
-    return {
-        name: {
-            "exposed_ns_per_step": acc["exposed"] / steps, "overlapped_ns_per_step": acc["overlapped"] / steps,
-            "comm_ns_per_step": acc["comm"] / steps, "bytes_per_step": acc["bytes"] / steps,
-            # time-weighted over (pg, op), as the report's own busbw is over calls
-            "busbw_gbps": acc["bw_weighted"] / acc["bw_time"] if acc["bw_time"] else None,
-        }
-        for name, acc in sums.items()
-    }
+    """The report's per-dimension (``dimensions``) or per-tier (``tiers``) rows, by name."""
+    section = "dimensions" if key == "dimension" else "tiers"
+    return {str(row.get(key) or UNKNOWN): {m: row.get(m) for m in GROUP_METRICS} for row in report.get(section) or []}
 
 
 def _groups(a: dict[str, Any], b: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
@@ -66,7 +51,7 @@ def _finding_key(f: dict[str, Any]) -> str:
 
 
 def build(a: dict[str, Any], b: dict[str, Any], a_path: str, b_path: str) -> dict[str, Any]:
-    """``a`` and ``b``: analyze reports (schema version 1). B is compared against A."""
+    """``a`` and ``b``: analyze reports (the current schema version). B is compared against A."""
     ta, tb = a.get("totals") or {}, b.get("totals") or {}
     fa = {_finding_key(f): f for f in a.get("findings") or []}
     fb = {_finding_key(f): f for f in b.get("findings") or []}

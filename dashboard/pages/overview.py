@@ -35,7 +35,7 @@ def layout(cache: RunCache, key: str) -> Any:
         html.Div([html.Div(facts, id=ids.OVERVIEW_FACTS, className="card"),
                   html.Div([html.H3("Top findings"), html.Div(_findings(cache, key), id=ids.OVERVIEW_FINDINGS)],
                            className="card")], className="row"),
-        dcc.Graph(id=ids.OVERVIEW_BREAKDOWN, figure=figures.breakdown_figure(a.rank_summary())),
+        dcc.Graph(id=ids.OVERVIEW_BREAKDOWN, figure=figures.breakdown_figure(a.rank_summary)),
         html.Div([
             dcc.Graph(id=ids.OVERVIEW_BY_DIMENSION, className="half",
                       figure=figures.exposed_by_figure(cache.exposed_by(key, "dimension"), "dimension")),

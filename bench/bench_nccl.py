@@ -1,0 +1,97 @@
+"""`make bench-nccl`: NCCL log parse speed (lines/s) on a generated 128-rank log, this checkout
+against a baseline checkout, in the same script so both share the machine's noise.
+
+The log (16 nodes x 8 GPUs, NCCL 2.26, COLL lines, one file per process; see
+tests/fixtures/nccl/gen_128rank.py) is generated into a temp folder, about ``--size-mb`` MB. Each
+tool runs in its own fresh interpreter, ``--repeat`` times, interleaved (base, new, base, ...);
+medians are reported. The baseline is any checkout of the repository (``git worktree add /tmp/base
+HEAD``); without ``--base`` only this checkout is timed. A report, not a test: exit status 0.
+
+    python bench/bench_nccl.py [--size-mb 1024] [--repeat 1] [--base /tmp/base] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+GEN = REPO / "tests" / "fixtures" / "nccl" / "gen_128rank.py"
+BYTES_PER_STEP = 165_000  # what one generated step adds, over all 128 files
+CHILD = """
+import json, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+from commprof.ingest.nccl import build_tables, parse_nccl_logs
+t1 = time.perf_counter()
+paths = sorted(Path(sys.argv[1]).iterdir())
+logs = parse_nccl_logs(paths)
+t2 = time.perf_counter()
+tables = build_tables(logs)
+t3 = time.perf_counter()
+import commprof
+print(json.dumps({"where": commprof.__file__, "import_s": t1 - t0, "parse_s": t2 - t1, "tables_s": t3 - t2,
+                  "lines": logs.stats.lines_total, "comms": tables.nccl_communicators.height,
+                  "colls": tables.nccl_colls.height}))
+"""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=1024, help="log size to generate (default 1024 MB)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per checkout (default 1); medians reported")
+    parser.add_argument("--base", type=Path, help="baseline checkout (e.g. a `git worktree` of HEAD)")
+    parser.add_argument("--keep", type=Path, help="generate into (or reuse) this folder instead of a temp one")
+    return parser.parse_args(argv)
+
+
+def generate(folder: Path, size_mb: float) -> int:
+    if folder.is_dir() and any(folder.iterdir()):
+        return sum(p.stat().st_size for p in folder.iterdir())
+    steps = max(1, int(size_mb * 1e6 / BYTES_PER_STEP))
+    subprocess.run([sys.executable, str(GEN), str(folder), str(steps)], check=True)
+    return sum(p.stat().st_size for p in folder.iterdir())
+
+
+def run_child(checkout: Path, folder: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run([sys.executable, "-c", CHILD, str(folder)], check=True, capture_output=True, text=True,
+                         env=env, cwd=checkout)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-nccl-") as tmp:
+        folder = args.keep or Path(tmp) / "log"
+        size = generate(folder, args.size_mb)
+        print(f"log: {folder} ({size / 1e6:.0f} MB, {len(list(folder.iterdir()))} files)")
+        checkouts = {"new": REPO} | ({"base": args.base.resolve()} if args.base else {})
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
+        for _ in range(args.repeat):
+            for name in sorted(checkouts):  # base first, then new
+                runs[name].append(run_child(checkouts[name], folder))
+        rates = {}
+        for name, results in runs.items():
+            parse = statistics.median(r["parse_s"] for r in results)
+            tables = statistics.median(r["tables_s"] for r in results)
+            lines = results[0]["lines"]
+            rates[name] = lines / parse
+            print(f"{name:>4} ({Path(results[0]['where']).parents[1]}): {lines} lines, parse {parse:.2f} s = {lines / parse:,.0f} lines/s "
+                  f"({size / 1e6 / parse:.0f} MB/s), tables {tables:.2f} s; "
+                  f"{results[0]['comms']} communicators, {results[0]['colls']} COLL rows")
+        if "base" in rates:
+            print(f"new / base parse speed: {rates['new'] / rates['base']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""The run's non-trace inputs as cached tables: NCCL logs (communicators mapped to global ranks, NIC
+speeds), per-host topology captures and Flight Recorder dumps.
+
+Each is parsed once and cached under ``tables/sidecars/`` keyed by the inputs' paths, sizes and mtimes
+and the ingest version, so a cached re-open of a run does not re-parse its NCCL logs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from commprof.errors import CommprofError
+from commprof.ingest.schema import INGEST_VERSION
+from commprof.ingest.topology import CommInfo, HostTopology, comm_rank_sets, read_topologies
+
+NCCL_COMMS = pl.Schema({"comm_id": pl.String, "ranks": pl.List(pl.Int32), "tier": pl.String,
+                        "ops": pl.List(pl.String), "colls": pl.Int64, "link_gbps": pl.Float64})
+TOPOLOGY = pl.Schema({"host": pl.String, "gpu_a": pl.Int32, "gpu_b": pl.Int32, "path": pl.String})
+IB_PORTS = pl.Schema({"host": pl.String, "link_layer": pl.String, "gbps": pl.Float64})
+FLIGHT_RECORDER = pl.Schema({
+    "rank": pl.Int32, "record_id": pl.Int64, "pg": pl.String, "pg_desc": pl.String, "seq": pl.Int64,
+    "p2p_seq": pl.Int64, "op": pl.String, "is_p2p": pl.Boolean, "state": pl.String, "bytes_in": pl.Int64,
+    "sizes": pl.String, "time_created_ns": pl.Int64, "duration_ms": pl.Float64, "file": pl.String,
+})
+
+
+@dataclass(frozen=True)
+class SidecarTables:
+    nccl_comms: pl.DataFrame  # one row per NCCL communicator whose members map to traced ranks
+    topology: pl.DataFrame  # nvidia-smi topo -m cells per host
+    ib_ports: pl.DataFrame  # active InfiniBand/RoCE ports per host
+    flight_recorder: pl.DataFrame  # one row per Flight Recorder entry
+    warnings: tuple[str, ...] = ()
+
+    def communicators(self) -> list[CommInfo]:
+        return [CommInfo(r["comm_id"], frozenset(r["ranks"]), r["tier"], set(r["ops"]), r["colls"], r["link_gbps"])
+                for r in self.nccl_comms.iter_rows(named=True)]
+
+    def host_topologies(self) -> dict[str, HostTopology]:
+        out: dict[str, HostTopology] = {}
+        for host in sorted(set(self.topology["host"].to_list()) | set(self.ib_ports["host"].to_list())):
+            cells = self.topology.filter(pl.col("host") == host)
+            ports = self.ib_ports.filter(pl.col("host") == host)
+            out[host] = HostTopology(
+                {(a, b): p for a, b, p in cells.select("gpu_a", "gpu_b", "path").iter_rows()},
+                [(layer, gbps) for layer, gbps in ports.select("link_layer", "gbps").iter_rows()],
+            )
+        return out
+
+
+def empty_sidecars() -> SidecarTables:
+    return SidecarTables(pl.DataFrame(schema=NCCL_COMMS), pl.DataFrame(schema=TOPOLOGY),
+                         pl.DataFrame(schema=IB_PORTS), pl.DataFrame(schema=FLIGHT_RECORDER))
+
+
+def _inputs(root: Path) -> list[Path]:
+    from commprof.ingest.nccl import find_nccl_inputs
+
+    files: list[Path] = []
+    try:
+        found = find_nccl_inputs(root)
+        files += [*found.logs, *found.topologies, *found.graphs]
+    except CommprofError:
+        pass
+    for sub in ("topology", "flight_recorder"):
+        folder = root / "raw" / sub
+        if folder.is_dir():
+            files += sorted(p for p in folder.glob("*.json") if p.is_file())
+    return sorted(set(files))
+
+
+def _key(files: list[Path], ranks: pl.DataFrame) -> str:
+    h = hashlib.sha1(f"v{INGEST_VERSION}".encode())
+    for f in files:
+        st = f.stat()
+        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    # communicator members are mapped through the ranks' hosts, pids and devices
+    h.update(ranks.select("rank", "host", "pid", "device", "local_rank").write_csv().encode())
+    return h.hexdigest()
+
+
+def load_sidecars(root: Path, ranks: pl.DataFrame, world_size: int | None, cache: Path) -> SidecarTables:
+    """The sidecar tables of a run directory or folder, from the cache when nothing changed."""
+    if not root.is_dir():
+        return empty_sidecars()
+    files = _inputs(root)
+    if not files:
+        return empty_sidecars()
+    key = _key(files, ranks)
+    folder = cache / "sidecars"
+    cached = _read_cache(folder, key)
+    if cached is not None:
+        return cached
+    warnings: list[str] = []
+    tables = SidecarTables(_nccl_comms(root, ranks, world_size, warnings), *_topology(root),
+                           read_flight_recorder(root / "raw" / "flight_recorder", warnings), tuple(warnings))
+    _write_cache(folder, key, tables)
+    return tables
+
+
+def _nccl_comms(root: Path, ranks: pl.DataFrame, world_size: int | None, warnings: list[str]) -> pl.DataFrame:
+    from commprof.ingest.nccl import build_tables, load_nccl
+
+    try:
+        nccl = load_nccl(root)
+    except CommprofError:
+        return pl.DataFrame(schema=NCCL_COMMS)
+    tables = build_tables(nccl.logs, nccl.topologies, nccl.graphs)
+    comms = comm_rank_sets(tables, ranks, world_size, warnings)
+    rows = [{"comm_id": c.comm_id, "ranks": sorted(c.ranks), "tier": c.tier, "ops": sorted(c.ops),
+             "colls": c.colls, "link_gbps": c.link_gbps} for c in comms]
+    return pl.DataFrame(rows, schema=NCCL_COMMS)
+
+
+def _topology(root: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    topos = read_topologies(root)
+    cells = [{"host": h, "gpu_a": a, "gpu_b": b, "path": p}
+             for h, t in topos.items() for (a, b), p in t.gpu_paths.items()]
+    ports = [{"host": h, "link_layer": layer, "gbps": gbps} for h, t in topos.items() for layer, gbps in t.ib]
+    return pl.DataFrame(cells, schema=TOPOLOGY), pl.DataFrame(ports, schema=IB_PORTS)
+
+
+def _size_bytes(sizes: Any, dtypes: Any) -> int | None:
+    from commprof.ingest.names import dtype_size
+
+    if not isinstance(sizes, list) or not isinstance(dtypes, list):
+        return None
+    total = 0
+    for shape, dtype in zip(sizes, dtypes, strict=False):
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            return None
+        n = 1
+        for d in shape:
+            n *= d
+        size = dtype_size(str(dtype))
+        if not size:
+            return None
+        total += n * size
+    return total
+
+
+def read_flight_recorder(folder: Path, warnings: list[str]) -> pl.DataFrame:
+    """Flight Recorder JSON dumps (``raw/flight_recorder/rank-N.json``): one row per entry."""
+    rows: list[dict[str, Any]] = []
+    if not folder.is_dir():
+        return pl.DataFrame(schema=FLIGHT_RECORDER)
+    bad: list[str] = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            rank = int(path.stem.rsplit("-", 1)[-1])
+        except (OSError, ValueError, UnicodeDecodeError):
+            bad.append(path.name)
+            continue
+        entries = doc.get("entries") if isinstance(doc, dict) else None
+        if not isinstance(entries, list):
+            bad.append(path.name)
+            continue
+        rows.extend(_fr_row(rank, e, path.name) for e in entries if isinstance(e, dict))
+    if bad:
+        warnings.append(f"Flight Recorder: {len(bad)} dump(s) unreadable and skipped: {', '.join(bad[:3])}")
+    try:
+        return pl.DataFrame(rows, schema=FLIGHT_RECORDER, strict=False)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        warnings.append("Flight Recorder: entries with values of unexpected types; dumps skipped")
+        return pl.DataFrame(schema=FLIGHT_RECORDER)
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        out = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return out if -(1 << 63) <= out < (1 << 63) else None
+
+
+def _fr_row(rank: int, e: dict[str, Any], file: str) -> dict[str, Any]:
+    group = e.get("process_group")
+    name = e.get("profiling_name")
+    op = str(name).split(":", 1)[-1] if name else None
+    duration = e.get("duration_ms")
+    return {
+        "rank": rank, "record_id": _int_or_none(e.get("record_id")),
+        "pg": str(group[0]) if isinstance(group, list) and group else None,
+        "pg_desc": str(group[1]) if isinstance(group, list) and len(group) > 1 else None,
+        "seq": _int_or_none(e.get("collective_seq_id")), "p2p_seq": _int_or_none(e.get("p2p_seq_id")),
+        "op": op, "is_p2p": bool(e.get("is_p2p")) if e.get("is_p2p") is not None else None,
+        "state": str(e.get("state")) if e.get("state") is not None else None,
+        "bytes_in": _size_bytes(e.get("input_sizes"), e.get("input_dtypes")),
+        "sizes": json.dumps(e.get("input_sizes")) if e.get("input_sizes") is not None else None,
+        "time_created_ns": _int_or_none(e.get("time_created_ns")),
+        "duration_ms": float(duration) if isinstance(duration, (int, float)) else None,
+        "file": file,
+    }
+
+
+def _read_cache(folder: Path, key: str) -> SidecarTables | None:
+    try:
+        meta = json.loads((folder / "key.json").read_text())
+        if meta.get("key") != key:
+            return None
+        frames = [pl.read_parquet(folder / f"{name}.parquet") for name in _NAMES]
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return None
+    return SidecarTables(*frames, warnings=tuple(meta.get("warnings") or ()))
+
+
+_NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder")
+
+
+def _write_cache(folder: Path, key: str, tables: SidecarTables) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in _NAMES:
+            tmp = folder / f".{name}.{os.getpid()}.parquet"
+            getattr(tables, name).write_parquet(tmp)
+            os.replace(tmp, folder / f"{name}.parquet")
+        tmp = folder / f".key.{os.getpid()}.json"
+        tmp.write_text(json.dumps({"key": key, "warnings": list(tables.warnings)}))
+        os.replace(tmp, folder / "key.json")
+    except OSError:
+        pass  # a read-only cache only costs a re-parse next time

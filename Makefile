@@ -39,6 +39,9 @@ bench-dashboard: $(STAMP)
 bench-record: $(STAMP)
 	$(BIN)/python bench/bench_record.py
 
+bench-nccl: $(STAMP)  # NCCL log parse speed on a generated ~1 GB log (BENCH_NCCL_ARGS="--size-mb 100 --base /tmp/base")
+	$(BIN)/python bench/bench_nccl.py $(BENCH_NCCL_ARGS)
+
 clean:
 	rm -rf $(VENV) .bench-venv .pytest_cache .mypy_cache .ruff_cache
 	find . -name tables -path '*sample_traces*' -type d -prune -exec rm -rf {} +

@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             tables = statistics.median(r["tables_s"] for r in results)
             lines = results[0]["lines"]
             rates[name] = lines / parse
-            print(f"{name:>4} ({Path(results[0]['where']).parents[1]}): {lines} lines, parse {parse:.2f} s = {lines / parse:,.0f} lines/s "
+            where = Path(results[0]["where"]).parents[1]
+            print(f"{name:>4} ({where}): {lines} lines, parse {parse:.2f} s = {lines / parse:,.0f} lines/s "
                   f"({size / 1e6 / parse:.0f} MB/s), tables {tables:.2f} s; "
                   f"{results[0]['comms']} communicators, {results[0]['colls']} COLL rows")
         if "base" in rates:

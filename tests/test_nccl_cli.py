@@ -31,7 +31,7 @@ def test_json_output(cli: Callable[..., Result]) -> None:
     result = cli("topology", str(FIXTURES / "roce_2.27"), "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["nccl_versions"] == ["2.27.3+cuda12.4"]
     comms = {c["comm_id"]: c for c in data["communicators"]}
     world = comms["0x5e6f708192a3b4c5"]

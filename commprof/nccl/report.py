@@ -17,6 +17,7 @@ TIER_STYLE = {
     "roce": "yellow",
     "ethernet": "red",
     "loopback": "red",
+    "p2p": "magenta",
     "unknown": "dim",
 }
 
@@ -106,6 +107,7 @@ def render(summary: dict[str, Any], console: Console) -> None:
             network += f" ({', '.join(types)})"
         hosts.add_row(h["host"], rank_ranges(h["ranks"]), str(h["processes"]), network or "-", _nics(h["nics"]), nvls)
     console.print(hosts)
+    _render_host_tiers(summary["hosts"], console)
 
     comms = Table(title="Communicators (tier = slowest link crossed)", title_justify="left")
     # capped side columns leave the communicator column room for its id on wide terminals
@@ -115,14 +117,50 @@ def render(summary: dict[str, Any], console: Console) -> None:
     comms.add_column("algo/proto", overflow="fold", max_width=30)
     for c in summary["communicators"]:
         seen = "" if c["ranks_seen"] == c["nranks"] else f" ({c['ranks_seen']} seen)"
-        who = f"{c['nranks']} ranks{seen}, {c['nnodes'] or '?'} node(s)"
+        at_least = "≥" if c["inferred"] else ""
+        who = f"{at_least}{c['nranks']} ranks{seen}, {c['nnodes'] or '?'} node(s)"
+        if c["inferred"]:
+            who += "\n[italic]inferred[/] (no Init/commId line)"
         if c["world_ranks"] and c["comm_id"] != summary["world_comm_id"]:
             who += f"\nworld ranks {rank_ranges(c['world_ranks'])}"
         who += f"\n[dim]{_names(c['hosts'], count=False) or '?'}[/]"
         comms.add_row(f"{c['comm_id']}\n{who}", _transports(c["transports"]), _tier(c), _algorithms(c["algorithms"]))
     console.print(comms)
+    _render_reasons(summary, console)
     _render_extras(summary, console)
     _render_stats(summary["parse_stats"], console)
+
+
+def _host_tier(tier: dict[str, Any]) -> str:
+    name = tier.get("tier") or "unknown"
+    text = f"[{TIER_STYLE.get(name, '')}]{name}[/]"
+    return text + (f" [dim]{tier['source']}[/]" if tier.get("source") not in (None, "transport", "none") else "")
+
+
+def _render_host_tiers(hosts: list[dict[str, Any]], console: Console) -> None:
+    """Inside each host and out of it, with the reason wherever no connection line said it."""
+    if not hosts:
+        return
+    table = Table(title="Host tiers", title_justify="left")
+    table.add_column("host", overflow="fold")
+    table.add_column("intra-host", overflow="fold", max_width=18)
+    table.add_column("inter-host", overflow="fold", max_width=18)
+    table.add_column("why", overflow="fold")
+    for h in hosts:
+        why = [t["reason"] for t in (h["intra_host"], h["inter_host"])
+               if t.get("reason") and t.get("source") not in (None, "transport")]
+        table.add_row(h["host"], _host_tier(h["intra_host"]), _host_tier(h["inter_host"]), "\n".join(why) or "-")
+    console.print(table)
+
+
+def _render_reasons(summary: dict[str, Any], console: Console) -> None:
+    """Why each communicator tier that no transport named directly was decided (or left undecided)."""
+    seen: dict[str, list[str]] = {}
+    for c in summary["communicators"]:
+        if c["tier_source"] not in ("transport", "single_rank") and c["tier_reason"]:
+            seen.setdefault(f"{c['tier']} ({c['tier_source']}): {c['tier_reason']}", []).append(c["comm_id"])
+    for text, who in seen.items():
+        console.print(f"[dim]Tier {text} — {_names(who)}[/]")
 
 
 def _render_extras(summary: dict[str, Any], console: Console) -> None:
@@ -148,6 +186,9 @@ def _render_stats(stats: dict[str, Any], console: Console) -> None:
     )
     if stats["interleaved_lines"]:
         line += f"; {stats['interleaved_lines']} interleaved line(s)"
+    if stats.get("inferred_links"):
+        line += (f"; {stats['inferred_links']} connection line(s) without an Init/commId line grouped into "
+                 f"{stats['inferred_comms']} inferred communicator(s)")
     if stats["unattributed_links"]:
         line += f"; {stats['unattributed_links']} connection line(s) without a communicator"
     if stats["skipped_files"]:

@@ -12,7 +12,7 @@ from commprof.ingest.nccl.link_tiers import network_type
 from commprof.ingest.nccl.load import NcclRun
 from commprof.ingest.nccl.tables import NcclTables
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: inferred communicators, tier_reason, hosts' intra_host/inter_host
 MAX_WARNINGS = 20
 
 
@@ -89,7 +89,9 @@ def _hosts(run: NcclRun, tables: NcclTables, world: str | None) -> list[dict[str
     nics = tables.nccl_nics
     out = []
     hosts = sorted({p.host for p in run.logs.processes if p.host})
+    tiers = {r["host"]: r for r in tables.nccl_hosts.iter_rows(named=True)}
     for host in hosts:
+        tier = tiers.get(host, {})
         procs = [p for p in run.logs.processes if p.host == host]
         host_nics = nics.filter(pl.col("host") == host).sort("net", "index").to_dicts()
         nets = sorted({p.net_name for p in procs if p.net_name})
@@ -104,6 +106,8 @@ def _hosts(run: NcclRun, tables: NcclTables, world: str | None) -> list[dict[str
                 "network_types": types,
                 "nvls_available": next((p.nvls_available for p in procs if p.nvls_available is not None), None),
                 "nics": [{k: v for k, v in nic.items() if k != "host" and v is not None} for nic in host_nics],
+                "intra_host": {k: tier.get(f"intra_{k}") for k in ("tier", "source", "reason")},
+                "inter_host": {k: tier.get(f"inter_{k}") for k in ("tier", "source", "reason")},
             }
         )
     return out
@@ -201,6 +205,8 @@ def summarize(run: NcclRun, tables: NcclTables) -> dict[str, Any]:
             "skipped": dict(sorted(stats.skipped.items())),
             "interleaved_lines": stats.interleaved_lines,
             "unattributed_links": stats.unattributed_links,
+            "inferred_links": stats.inferred_links,
+            "inferred_comms": stats.inferred_comms,
             "skipped_files": stats.skipped_files,
         },
     }

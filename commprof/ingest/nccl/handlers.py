@@ -7,6 +7,7 @@ the lines that need it.
 
 from __future__ import annotations
 
+from commprof.ingest.nccl import evidence as ev
 from commprof.ingest.nccl import patterns as pt
 from commprof.ingest.nccl.records import CommRank, Link, Nic, Pending, Process, Tuning
 from commprof.ingest.nccl.state import Head, State
@@ -107,6 +108,9 @@ def connection(st: State, h: Head, msg: str, file: str, line_no: int) -> str:
         direction=direction,
         transport="",
         detail="",
+        dev=h.dev,
+        ptr_hint=m["ptr"],
+        nranks_hint=_int(m["nranks"]),
     )
     if via.startswith("P2P/"):
         link.transport = "p2p"
@@ -127,7 +131,11 @@ def connection(st: State, h: Head, msg: str, file: str, line_no: int) -> str:
     else:
         return MALFORMED
     me = dst if direction == "receive" else src
-    st.place(h.process, h.tid, Pending("link", link, me, max(src, dst)), lazy=True)
+    if link.ptr_hint is None:
+        st.place(h.process, h.tid, Pending("link", link, me, max(src, dst)), lazy=True)
+    else:  # the line names its communicator: no guessing; an unknown one is inferred later
+        rec = h.process.comm_by_ptr.get(link.ptr_hint)
+        link.comm = rec if rec is not None and rec.rank == me else None
     st.links.append(link)
     return "connection"
 
@@ -167,6 +175,7 @@ def ring_order(st: State, h: Head, msg: str) -> str:
     ranks = [int(r) for r in m.group(3).split()]
     if not ranks:
         return MALFORMED
+    h.process.rank_bound = max(h.process.rank_bound, max(ranks) + 1)
     item = Pending("ring", me=0, top=max(ranks), value=(int(m.group(1)), int(m.group(2))), ranks=ranks)
     st.place(h.process, h.tid, item)
     return "ring_order"
@@ -176,6 +185,8 @@ def pattern(st: State, h: Head, msg: str) -> str:
     m = pt.PATTERN.search(msg)
     if m is None:
         return MALFORMED
+    h.process.graph_intra.add(m.group(6))
+    h.process.graph_inter.add(m.group(7))
     st.place(h.process, h.tid, Pending("pattern", value=(int(m.group(1)), m.group(6), m.group(7))))
     return "graph_pattern"
 
@@ -194,6 +205,7 @@ def init_timings(st: State, h: Head, msg: str) -> str:
     if m is None:
         return MALFORMED
     rank, nranks = int(m.group(1)), int(m.group(2))
+    h.process.rank_bound = max(h.process.rank_bound, nranks)
     st.place(h.process, h.tid, Pending("timings", me=rank, top=nranks - 1, value=(float(m.group(3)),)))
     return "init_timings"
 
@@ -318,6 +330,17 @@ def using_network(st: State, h: Head, msg: str) -> str:
         return MALFORMED
     h.process.net_name = m.group(1)
     return "network"
+
+
+def gpu_model(st: State, line: str, file: str) -> str:
+    """A GPU name outside NCCL's own lines: nccl-tests' rank table ("... on host device 0 [0x07]
+    NVIDIA A100-SXM4-80GB"), ``nvidia-smi -L`` ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)")."""
+    m = ev.GPU_NAME.search(line)
+    if m is None:
+        return "!foreign"
+    host = pt.NCCL_TESTS_HOST.search(line)
+    st.gpu_models.setdefault(host.group(1) if host else None, set()).add(m.group(0).strip())
+    return "gpu_model"
 
 
 def version(st: State, h: Head | None, msg: str, file: str) -> str:

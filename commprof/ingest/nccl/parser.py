@@ -25,6 +25,7 @@ import polars as pl
 from commprof.ingest.nccl import handlers as hd
 from commprof.ingest.nccl import patterns as pt
 from commprof.ingest.nccl.colls import COLL_SCHEMA, coll_frame
+from commprof.ingest.nccl.infer import infer_comms
 from commprof.ingest.nccl.records import CommRank, Link, ParseStats, Process, Tuning, Warn
 from commprof.ingest.nccl.state import Head, State
 
@@ -44,6 +45,7 @@ class NcclLogs:
     colls: pl.DataFrame
     stats: ParseStats
     files: list[str] = field(default_factory=list)
+    gpu_models: dict[str | None, set[str]] = field(default_factory=dict)  # host -> GPU names seen
 
 
 class LogParser:
@@ -181,6 +183,8 @@ class LogParser:
             return "!empty"
         if "NCCL version" in line:
             return hd.version(self.state, None, line, file)
+        if "NVIDIA" in line or "GeForce" in line or "Tesla" in line:
+            return hd.gpu_model(self.state, line, file)
         return "!foreign"
 
     def _dispatch(self, h: Head, level: str, msg: str, file: str, line_no: int) -> str:
@@ -283,6 +287,8 @@ class LogParser:
         colls = self._gather_colls()
         st = self.state
         st.settle_links()
+        infer_comms(st)
+        st.stats.unattributed_links = sum(1 for link in st.links if link.comm is None)
         st.resolve_comm_ids()
         st.versions()
         return NcclLogs(
@@ -294,6 +300,7 @@ class LogParser:
             colls=colls,
             stats=st.stats,
             files=self.files,
+            gpu_models=st.gpu_models,
         )
 
 

@@ -13,7 +13,8 @@ HEX = r"0x[0-9a-fA-F]+|\(nil\)"
 
 # host:pid:tid [cudaDev] — host is truncated at the first '.', so no dots; foreign prefixes in front
 # (mpirun "[1,0]<stdout>:", pdsh "10.3.35.83: ", Ray "(RayTrainWorker pid=..)") cannot match it.
-NCCL_PREFIX = re.compile(r"([^\s:\[\]<>()|,]+):(\d+):(\d+)\s+\[(\d+)\]")
+# A redacted host ("<cluster_name>:919:1150 [0]", as people paste logs) counts as a host too.
+NCCL_PREFIX = re.compile(r"(<[^\s<>]+>|[^\s:\[\]<>()|,]+):(\d+):(\d+)\s+\[(\d+)\]")
 RAY_PREFIX = re.compile(r"\((\w+) pid=(\d+)(?:, ip=([0-9A-Za-z.:_-]+))?\)")
 MPI_PREFIX = re.compile(r"\[(\d+),(\d+)\]<(?:stdout|stderr)>:")
 MPI_RANK_PREFIX = re.compile(r"^\s*\[(\d+)\]")
@@ -47,11 +48,13 @@ CHANNEL_COUNTS = re.compile(
 )
 CONNECTED_RINGS = re.compile(r"Connected all rings(?:, use ring PXN (\d+) GDR (\d+))?")
 
-# Connections. P2P/SHM: sender side only; NET: both sides with [send]/[receive] (receive prints
+# Connections (some builds append " comm %p nRanks %d"; a "  # note" a user added is dropped).
+# P2P/SHM: sender side only; NET: both sides with [send]/[receive] (receive prints
 # peer -> me). 2.18.1 brackets hold busId hex; later nvmlDev. The old "Channel %02d :" had no connIndex.
 CONNECTION = re.compile(
     r"Channel (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)\[(?P<sdev>[0-9a-fA-F]+)\] -> "
-    r"(?P<dst>\d+)\[(?P<ddev>[0-9a-fA-F]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
+    r"(?P<dst>\d+)\[(?P<ddev>[0-9a-fA-F]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)"
+    r"(?: comm (?P<ptr>" + HEX + r") nRanks (?P<nranks>\d+))?(?:\s+#.*)?\s*$"
 )
 NET_VIA = re.compile(r"NET/(?P<name>.+?)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<flags>(?:/GDRDMA|\(PCI\)|/Shared)*)$")
 P2P_INDIRECT = re.compile(r"indirect/(\d+)\[([0-9a-fA-F]+)\]")
@@ -68,6 +71,9 @@ PATTERN = re.compile(
     r"Pattern (\d+), crossNic (\d+), nChannels (\d+), (?:bw|speed) ([\d.]+)/([\d.]+), "
     r"type (\w+)/(\w+), sameChannels (\d+)"
 )
+
+# nccl-tests' rank table: "#  Rank  1 Group  0 Pid  1234 on  node02 device  0 [0x07] NVIDIA ...".
+NCCL_TESTS_HOST = re.compile(r"\bon\s+([^\s.]+)\S*\s+device\s+\d+")
 
 # Network devices.
 NET_USING = re.compile(r"NET/(?P<net>[^:\s]+(?: [^:\s]+)?)\s*: Using (?P<devs>.*)$")

@@ -28,6 +28,9 @@ class Process:
     topo_printed: bool = False  # an ncclTopoPrint dump was seen
     topo_nvlink: bool = False  # ... and it had an NVL link
     topo_gpus: int = 0
+    graph_intra: set[str] = field(default_factory=set)  # GRAPH "Pattern ..., type INTRA/INTER" of any comm
+    graph_inter: set[str] = field(default_factory=set)
+    rank_bound: int = 0  # highest rank + 1 that ring orders / timings of unknown comms named
     # NIC lists per net family ("ib", "socket", other names lower-cased), index -> Nic
     nics: dict[str, dict[int, Nic]] = field(default_factory=dict)
     comm_by_ptr: dict[str, CommRank] = field(default_factory=dict, repr=False)
@@ -82,6 +85,7 @@ class CommRank:
     ring_gdr: int | None = None
     touch: int = 0
     coll_touched: bool = False  # a COLL line named it: later connection lines may be lazy connects
+    inferred: bool = False  # built from connection lines that no Init/commId line placed (see infer)
 
 
 @dataclass(slots=True)
@@ -122,6 +126,9 @@ class Link:
     read: bool = False
     ce: bool = False
     shared: bool = False
+    dev: int = -1  # cudaDev of the logging thread (line prefix), -1 when the prefix was lost
+    ptr_hint: str | None = None  # " comm 0x.. nRanks N" that some builds append to the line
+    nranks_hint: int | None = None
 
 
 @dataclass(slots=True)
@@ -171,6 +178,8 @@ class ParseStats:
     messages_total: int = 0
     interleaved_lines: int = 0
     unattributed_links: int = 0
+    inferred_links: int = 0  # connection lines placed in inferred communicators
+    inferred_comms: int = 0
     parsed: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     skipped_files: list[str] = field(default_factory=list)
@@ -181,6 +190,8 @@ class ParseStats:
         self.messages_total += other.messages_total
         self.interleaved_lines += other.interleaved_lines
         self.unattributed_links += other.unattributed_links
+        self.inferred_links += other.inferred_links
+        self.inferred_comms += other.inferred_comms
         self.parsed.update(other.parsed)
         self.skipped.update(other.skipped)
         self.skipped_files.extend(other.skipped_files)

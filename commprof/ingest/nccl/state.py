@@ -23,10 +23,11 @@ from commprof.ingest.nccl.records import CommRank, Link, ParseStats, Pending, Pr
 
 @dataclass(slots=True)
 class Head:
-    """What a line's prefix says about who printed it. ``tid`` is -1 when unknown."""
+    """What a line's prefix says about who printed it. ``tid`` and ``dev`` are -1 when unknown."""
 
     process: Process
     tid: int
+    dev: int = -1
 
 
 class State:
@@ -40,6 +41,7 @@ class State:
         self.warns: list[Warn] = []
         self.bare_versions: dict[str, str] = {}  # file -> version printed without prefix
         self.known_hosts: set[str] = set()
+        self.gpu_models: dict[str | None, set[str]] = {}  # host (None: not said) -> GPU names seen
         self.stats = ParseStats()
         self.seq = 0  # position of the line being parsed, across files (set by the parser)
 
@@ -51,7 +53,7 @@ class State:
         if m is not None:
             host, pid = m.group(1), int(m.group(2))
             self.known_hosts.add(host)
-            return Head(self.process(("pid", host, str(pid)), host, pid, file), int(m.group(3)))
+            return Head(self.process(("pid", host, str(pid)), host, pid, file), int(m.group(3)), int(m.group(4)))
         ray = pt.RAY_PREFIX.search(head)
         if ray is not None:
             host = ray.group(3)

@@ -1,7 +1,8 @@
 """Polars tables from parsed NCCL logs: ``nccl_comms``, ``nccl_links``, ``nccl_nics``,
-``nccl_tuning``, ``nccl_colls`` and the per-communicator summary ``nccl_communicators``.
+``nccl_tuning``, ``nccl_colls``, the per-communicator summary ``nccl_communicators`` and the
+per-host tiers ``nccl_hosts`` (see ``rollup``).
 
-Link tiers are decided once here (see ``tiers``) and rolled up per communicator, so every
+Link tiers are decided once here (see ``link_tiers`` and ``evidence``) and rolled up per communicator, so every
 consumer — CLI, analyzers, dashboard — sees the same tier for the same communicator.
 """
 
@@ -13,17 +14,10 @@ from typing import Any
 
 import polars as pl
 
-from commprof.ingest.nccl.link_tiers import (
-    NETWORK_TIER,
-    Evidence,
-    find_nic,
-    gather_evidence,
-    link_tier,
-    network_type,
-    slowest,
-)
+from commprof.ingest.nccl.link_tiers import Evidence, find_nic, gather_evidence, link_tier, network_type
 from commprof.ingest.nccl.parser import NcclLogs
 from commprof.ingest.nccl.records import CommRank, Nic
+from commprof.ingest.nccl.rollup import communicators_table, host_tiers, hosts_table
 from commprof.ingest.nccl.topo_xml import GraphXml, TopologyXml
 
 COMMS_SCHEMA: dict[str, Any] = {
@@ -55,6 +49,7 @@ COMMS_SCHEMA: dict[str, Any] = {
     "nvls_channels": pl.Int32,
     "p2p_channels": pl.Int32,
     "ring_channels": pl.Int32,
+    "inferred": pl.Boolean,
     "source_file": pl.String,
 }
 LINKS_SCHEMA: dict[str, Any] = {
@@ -81,6 +76,8 @@ LINKS_SCHEMA: dict[str, Any] = {
     "shared": pl.Boolean,
     "tier": pl.String,
     "tier_source": pl.String,
+    "tier_reason": pl.String,
+    "inferred": pl.Boolean,
     "source_file": pl.String,
     "line": pl.Int64,
 }
@@ -108,23 +105,6 @@ TUNING_SCHEMA: dict[str, Any] = {
     "channels_lo": pl.Int32,
     "channels_hi": pl.Int32,
 }
-COMMUNICATORS_SCHEMA: dict[str, Any] = {
-    "comm_id": pl.String,
-    "nranks": pl.Int32,
-    "ranks_seen": pl.Int32,
-    "nnodes": pl.Int32,
-    "hosts": pl.List(pl.String),
-    "transports": pl.List(pl.String),
-    "networks": pl.List(pl.String),
-    "nvls": pl.Boolean,
-    "tier": pl.String,
-    "tier_source": pl.String,
-    "version": pl.String,
-    "init_func": pl.String,
-    "parent_comm": pl.String,
-}
-
-
 @dataclass
 class NcclTables:
     nccl_comms: pl.DataFrame
@@ -133,6 +113,7 @@ class NcclTables:
     nccl_tuning: pl.DataFrame
     nccl_colls: pl.DataFrame
     nccl_communicators: pl.DataFrame
+    nccl_hosts: pl.DataFrame  # per host: tier inside it and out of it, with source and reason
     evidence: Evidence = field(repr=False)
 
 
@@ -187,6 +168,7 @@ def comms_table(comms: list[CommRank]) -> pl.DataFrame:
             "nvls_channels": r.nvls_channels,
             "p2p_channels": r.p2p_channels,
             "ring_channels": r.ring_channels,
+            "inferred": r.inferred,
             "source_file": r.file,
         }
         for r in comms
@@ -202,7 +184,7 @@ def links_table(logs: NcclLogs, ev: Evidence) -> pl.DataFrame:
         nic = None
         if link.transport in ("net", "collnet"):
             nic = find_nic(link.process, link.detail, link.nic_dev, host_nics)
-        tier, source, net = link_tier(link, comm_id, ev, nic)
+        tier, source, net, reason = link_tier(link, comm_id, ev, nic)
         rows.append(
             {
                 "comm_id": comm_id,
@@ -228,6 +210,8 @@ def links_table(logs: NcclLogs, ev: Evidence) -> pl.DataFrame:
                 "shared": link.shared,
                 "tier": tier,
                 "tier_source": source,
+                "tier_reason": reason,
+                "inferred": link.comm is not None and link.comm.inferred,
                 "source_file": link.file,
                 "line": link.line_no,
             }
@@ -310,81 +294,20 @@ def colls_table(logs: NcclLogs) -> pl.DataFrame:
     )
 
 
-def _transport_label(transport: str, detail: str) -> str:
-    return transport if transport in ("shm", "nvls") else f"{transport}/{detail}"
-
-
-def communicators_table(comms: list[CommRank], links: pl.DataFrame, logs: NcclLogs) -> pl.DataFrame:
-    by_id: dict[str, list[CommRank]] = defaultdict(list)
-    for rec in comms:
-        by_id[rec.comm_id or "?"].append(rec)
-    link_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in links.iter_rows(named=True):
-        link_rows[row["comm_id"] or "?"].append(row)
-    host_nets = {p.host: p.net_name for p in logs.processes if p.net_name}
-    rows = []
-    for comm_id, recs in by_id.items():
-        hosts = sorted({r.process.host for r in recs if r.process.host})
-        nnodes = max((r.nnodes for r in recs if r.nnodes is not None), default=None)
-        nnodes = nnodes if nnodes is not None else (len(hosts) or None)
-        nranks = max(r.nranks for r in recs)
-        lrows = link_rows.get(comm_id, [])
-        tier, source = slowest([(r["tier"], r["tier_source"]) for r in lrows])
-        networks = sorted({r["network"] for r in lrows if r["network"]})
-        if not lrows:
-            tier, source, networks = _tier_without_links(recs, nranks, nnodes, host_nets)
-        first = recs[0]
-        rows.append(
-            {
-                "comm_id": comm_id,
-                "nranks": nranks,
-                "ranks_seen": len({r.rank for r in recs}),
-                "nnodes": nnodes,
-                "hosts": hosts,
-                "transports": sorted({_transport_label(r["transport"], r["detail"]) for r in lrows}),
-                "networks": networks,
-                "nvls": any(r.nvls for r in recs),
-                "tier": tier,
-                "tier_source": source,
-                "version": first.process.version,
-                "init_func": first.init_func,
-                "parent_comm": first.parent.comm_id if first.parent is not None else None,
-            }
-        )
-    frame = pl.DataFrame(rows, schema=COMMUNICATORS_SCHEMA)
-    return frame.sort(["nranks", "comm_id"], descending=[True, False])
-
-
-def _tier_without_links(
-    recs: list[CommRank], nranks: int, nnodes: int | None, host_nets: dict[str | None, str]
-) -> tuple[str, str, list[str]]:
-    """No connection lines (INIT subsystem off, or lazy connect never ran): fall back to what the
-    processes said about their network, or to a single rank's trivial loopback."""
-    if nranks == 1:
-        return "loopback", "single_rank", []
-    nets = sorted({network_type(n) for r in recs if (n := host_nets.get(r.process.host))})
-    if (nnodes or 0) > 1 and nets:
-        tier, _ = slowest([(_net_tier(n), "network") for n in nets])
-        return tier, "network", nets
-    return "unknown", "none", nets
-
-
-def _net_tier(net: str) -> str:
-    return NETWORK_TIER.get(net, "unknown")
-
-
 def build_tables(
     logs: NcclLogs, topologies: list[TopologyXml] | None = None, graphs: list[GraphXml] | None = None
 ) -> NcclTables:
     comms = _unique_comms(logs.comms)
-    ev = gather_evidence(logs.processes, logs.comms, topologies or [], graphs or [])
+    ev = gather_evidence(logs.processes, logs.comms, topologies or [], graphs or [], logs.gpu_models)
     links = links_table(logs, ev)
+    hosts = host_tiers(logs, links, ev)
     return NcclTables(
         nccl_comms=comms_table(comms),
         nccl_links=links,
         nccl_nics=nics_table(logs),
         nccl_tuning=tuning_table(logs),
         nccl_colls=colls_table(logs),
-        nccl_communicators=communicators_table(comms, links, logs),
+        nccl_communicators=communicators_table(comms, links, logs, hosts),
+        nccl_hosts=hosts_table(hosts),
         evidence=ev,
     )

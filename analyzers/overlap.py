@@ -71,18 +71,34 @@ class RankOverlap:
 
 
 def _round_inward(frame: pl.DataFrame) -> pl.DataFrame:
+    """HTA's rounding of ns-resolution traces: start up and end down to whole µs (launch up, as it is
+    a CPU event's start)."""
+    up = [c for c in ("start_ns", "launch_ns") if c in frame.columns]
     return frame.with_columns(
-        (((pl.col("start_ns") + 999) // 1000) * 1000).alias("start_ns"),
+        *[(((pl.col(c) + 999) // 1000) * 1000).alias(c) for c in up],
         ((pl.col("end_ns") // 1000) * 1000).alias("end_ns"),
     )
 
 
+def _has_sub_us_starts(*frames: pl.DataFrame) -> bool:
+    """HTA rounds only traces whose ``ts`` are fractional µs (its ts column is then float64); a trace
+    of whole-µs ``ts`` keeps its fractional ``dur`` ends as they are."""
+    return any(f.height and bool((f["start_ns"] % 1000 != 0).any()) for f in frames)
+
+
+def _hta_cut_key(frame: pl.DataFrame) -> pl.Expr:
+    """What HTA's last-step cut compares with the last step's start: the launching CPU event's time
+    (device events whose launch is not in the trace compare as null, so they are dropped); tables
+    without ``launch_ns`` fall back to the event's own start."""
+    return pl.col("launch_ns") if "launch_ns" in frame.columns else pl.col("start_ns")
+
+
 def _windows(
     marks: pl.DataFrame, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], settings: OverlapSettings,
-    warnings: list[str], rank: int,
+    warnings: list[str], rank: int, keys: npt.NDArray[np.int64] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int | None]:
-    """Step ids, window bounds (len n+1) and the cut-off for ``hta_compat`` (intervals starting later
-    are dropped)."""
+    """Step ids, window bounds (len n+1) and the cut-off for ``hta_compat`` (intervals whose ``keys``,
+    default their starts, are not before it are dropped)."""
     marks = marks.sort("step")
     step_ids = marks["step"].to_numpy().astype(np.int64)
     mark_start = marks["start_ns"].to_numpy().astype(np.int64)
@@ -101,7 +117,8 @@ def _windows(
             step_ids, mark_start = step_ids[:-1], mark_start[:-1]
         else:
             warnings.append(f"rank {rank}: only one step; --hta-compat keeps it instead of dropping it")
-    eligible = starts < cutoff if cutoff is not None else np.ones(starts.shape, dtype=bool)
+    keys = starts if keys is None else keys
+    eligible = keys < cutoff if cutoff is not None else np.ones(starts.shape, dtype=bool)
     bounds = np.append(mark_start, nominal_end).astype(np.int64)
     if eligible.any():
         bounds[0] = min(bounds[0], int(starts[eligible].min()))
@@ -114,16 +131,24 @@ def analyze_rank(
     settings: OverlapSettings,
 ) -> RankOverlap:
     warnings: list[str] = []
+    keys: npt.NDArray[np.int64] | None = None
     if settings.hta_compat:
-        intervals = _round_inward(intervals)
-        collectives = _round_inward(collectives)
+        if _has_sub_us_starts(intervals, marks):
+            intervals, collectives = _round_inward(intervals), _round_inward(collectives)
+            marks = marks.with_columns(((pl.col("start_ns") + 999) // 1000 * 1000).alias("start_ns"))
+        # no launch: never before the cut (int64 max), so dropped as HTA drops it
+        keys = intervals.select(_hta_cut_key(intervals).fill_null(np.iinfo(np.int64).max)).to_series().to_numpy()
     starts = intervals["start_ns"].to_numpy().astype(np.int64)
     ends = intervals["end_ns"].to_numpy().astype(np.int64)
-    step_ids, bounds, cutoff = _windows(marks, starts, ends, settings, warnings, rank)
-    if cutoff is not None:
-        keep = intervals["start_ns"] < cutoff
-        intervals, starts, ends = intervals.filter(keep), starts[keep.to_numpy()], ends[keep.to_numpy()]
-        collectives = collectives.filter(pl.col("start_ns") < cutoff)
+    step_ids, bounds, cutoff = _windows(marks, starts, ends, settings, warnings, rank, keys)
+    if cutoff is not None and keys is not None:
+        keep = keys < cutoff
+        unlaunched = int((keys == np.iinfo(np.int64).max).sum())
+        if unlaunched:
+            warnings.append(f"rank {rank}: --hta-compat drops {unlaunched} device events whose launch is not in "
+                            "the trace, as HTA does")
+        intervals, starts, ends = intervals.filter(pl.Series(keep)), starts[keep], ends[keep]
+        collectives = collectives.filter(_hta_cut_key(collectives).fill_null(np.iinfo(np.int64).max) < cutoff)
     kind = intervals["kind"].cast(pl.String).to_numpy()
     compute = effective_compute(intervals, kind, starts, ends)
     comm = iv.union(collectives["start_ns"].to_numpy(), collectives["end_ns"].to_numpy())

@@ -31,10 +31,11 @@ def open_run(path: Any, **kwargs: Any) -> Run:
 
 def analyze(run: Any, settings: AnalysisSettings | None = None) -> Analysis:
     """The analysis of a run (a :class:`Run`, or a path to open)."""
-    from commprof.analyzers.pipeline import analyze as _analyze
-    from commprof.run import Run
+    import os
 
-    if not isinstance(run, Run):
+    from commprof.analyzers.pipeline import analyze as _analyze
+
+    if isinstance(run, (str, os.PathLike)):
         run = open_run(run)
     return _analyze(run.tables(), settings)
 

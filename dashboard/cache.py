@@ -83,8 +83,9 @@ class RunCache:
 
     # ------------------------------------------------------------ overview
     def facts(self, key: str) -> list[tuple[str, str]]:
-        run, analysis = self.runs[key], self.analysis(key)
-        manifest = run.manifest or {}
+        analysis = self.analysis(key)
+        facts = analysis.facts
+        manifest = facts.manifest or {}
         ranks = analysis.ranks
         hosts = sorted({h for h in ranks["host"].to_list() if h})
         manifest_gpus = [r.get("gpu_name") for r in manifest.get("ranks") or [] if isinstance(r, dict)]
@@ -92,18 +93,18 @@ class RunCache:
         gpus = [f"{names.count(g)} × {g}" for g in sorted(set(names))]
         modes = sorted(set(ranks["mode"].drop_nulls().to_list()))
         out = [
-            ("run", key), ("path", str(run.path)), ("source", run.source.kind),
-            ("world size", str(run.world_size or manifest.get("world_size") or "?")),
+            ("run", key), ("path", facts.path), ("source", facts.kind),
+            ("world size", str(facts.world_size or "?")),
             ("ranks analyzed", str(ranks.height)),
             ("hosts", f"{len(hosts)}: {', '.join(hosts[:8])}{' …' if len(hosts) > 8 else ''}" if hosts else "?"),
             ("GPUs", ", ".join(gpus) if gpus else ("none (CPU run)" if modes == ["cpu"] else "?")),
             ("backend", ", ".join(sorted(set(ranks["backend"].drop_nulls().to_list()))) or "?"),
-            ("steps analyzed", str(analysis.steps["step"].n_unique() if analysis.steps.height else 0)),
+            ("steps analyzed", str(analysis.steps_analyzed)),
         ]
         versions = manifest.get("versions") or {}
         if isinstance(versions, dict) and versions:
             out.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v and k != "launcher_python")))
-        if manifest.get("synthetic"):
+        if facts.synthetic:
             out.append(("synthetic", "yes — generated, every number known by construction"))
         if analysis.warnings:
             out.append(("warnings", f"{len(analysis.warnings)}: {analysis.warnings[0]}"))
@@ -115,12 +116,12 @@ class RunCache:
 
     def _exposed_by(self, key: str, by: str) -> pl.DataFrame:
         a = self.analysis(key)
-        return transforms.exposed_by(a.pg_steps, a.process_groups, a.steps, by)
+        return a.by_dimension if by == "dimension" else a.by_tier
 
     # ------------------------------------------------------------ timeline
     def _timeline_base(self, key: str) -> transforms.TimelineBase:
-        run, analysis = self.runs[key], self.analysis(key)
-        return transforms.timeline_base(run.intervals, analysis.collectives, analysis.steps)
+        a = self.analysis(key)
+        return transforms.timeline_base(a.tables.intervals(), a.collectives, a.steps, a.exposed_spans)
 
     def default_ranks(self, key: str) -> list[int]:
         ranks = self.analysis(key).ranks["rank"].to_list()
@@ -138,32 +139,28 @@ class RunCache:
 
     # ------------------------------------------------------------ collectives
     def _collective_groups(self, key: str) -> pl.DataFrame:
-        """One table row per (pg, dimension, tier, op, bytes) over ranks and analyzed steps."""
-        a = self.analysis(key)
-        coll = a.collectives.filter(pl.col("step").is_not_null()) if a.collectives.height else a.collectives
-        if coll.height == 0:
+        """One table row per (pg, dimension, tier, op, bytes): the analysis' call_sizes, in display units."""
+        sizes = self.analysis(key).call_sizes
+        if sizes.height == 0:
             return pl.DataFrame()
-        rank_steps = max(a.steps.height, 1)
-        return (
-            coll.group_by("pg", "dimension", "tier", "op", "bytes")
-            .agg(pl.len().alias("calls"), pl.col("rank").n_unique().alias("ranks"),
-                 ((pl.col("end_ns") - pl.col("start_ns")).mean() / 1e3).round(1).alias("mean_us"),
-                 (pl.col("exposed_ns").sum() / rank_steps / 1e3).round(2).alias("exposed_us_per_step"),
-                 pl.col("busbw_gbps").mean().round(2).alias("busbw_gbps"))
-            .sort("exposed_us_per_step", descending=True)
+        return sizes.select(
+            "pg", "dimension", "tier", "op", "bytes", pl.col("count").alias("calls"), "ranks",
+            (pl.col("mean_ns") / 1e3).round(1).alias("mean_us"),
+            (pl.col("exposed_ns_per_step") / 1e3).round(2).alias("exposed_us_per_step"),
+            pl.col("busbw_gbps").round(2), pl.col("efficiency").round(3),
         )
 
     # ------------------------------------------------------------ skew / topology
-    def _skew(self, key: str) -> tuple[pl.DataFrame, tuple[int, float] | None]:
-        delays = transforms.skew_delays(self.analysis(key).collectives)
-        return delays, transforms.straggler(delays)
+    def _skew(self, key: str) -> tuple[pl.DataFrame, dict[str, Any] | None]:
+        """Waits per rank and matched call, and the rank the others waited for most (None: nobody)."""
+        a = self.analysis(key)
+        worst = a.stragglers.sort("caused_wait_ns_per_step", "rank", descending=[True, False]).head(1)
+        top = worst.row(0, named=True) if worst.height and worst["caused_wait_ns_per_step"][0] > 0 else None
+        return transforms.skew_waits(a.collectives), top
 
     def _traffic(self, key: str) -> tuple[pl.DataFrame, int]:
         a = self.analysis(key)
-        n_steps = a.steps["step"].n_unique() if a.steps.height else 1
-        if a.collectives.height == 0:
-            return pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64, "bytes_per_step": pl.Float64}), 0
-        return transforms.traffic_matrix(a.collectives, a.process_groups, n_steps)
+        return a.traffic, a.traffic_left_out
 
     def links(self, key: str) -> pl.DataFrame:
         return transforms.group_links(self.analysis(key).process_groups)
@@ -171,7 +168,7 @@ class RunCache:
     # ------------------------------------------------------------ compare
     def _compare_values(self, key: str) -> pl.DataFrame:
         a = self.analysis(key)
-        return transforms.step_and_exposed(a.steps, self.exposed_by(key, "dimension"), self.exposed_by(key, "tier"))
+        return transforms.step_and_exposed(a.totals, a.by_dimension, a.by_tier)
 
 
 def warmed(runs: dict[str, Run]) -> tuple[RunCache, list[str]]:

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from commprof.dashboard import style
-from commprof.dashboard.style import PART_COLOURS, PART_LABELS, PEAK_GBPS, UNKNOWN
+from commprof.dashboard.style import PART_COLOURS, PART_LABELS, UNKNOWN
 
 PARTS = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
 MAX_SCATTER_POINTS = 20_000
@@ -49,15 +49,21 @@ def exposed_by_figure(frame: pl.DataFrame, by: str) -> go.Figure:
     colour = style.dimension_colour if by == "dimension" else style.tier_colour
     names = [str(v) for v in frame[by].to_list()]
     fig = go.Figure([
-        go.Bar(name="exposed", x=names, y=(frame["exposed_ns"] / 1e6).to_list(),
-               marker_color=[colour(n) for n in names], hovertemplate="%{x}: %{y:.3f} ms exposed<extra></extra>"),
-        go.Bar(name="overlapped", x=names, y=(frame["overlapped_ns"] / 1e6).to_list(),
+        go.Bar(name="exposed · transfer", x=names, y=(frame["exposed_transfer_ns_per_step"] / 1e6).to_list(),
+               marker_color=[colour(n) for n in names], offsetgroup="exposed",
+               hovertemplate="%{x}: %{y:.3f} ms exposed transfer<extra></extra>"),
+        go.Bar(name="exposed · wait (late ranks)", x=names, y=(frame["exposed_wait_ns_per_step"] / 1e6).to_list(),
+               marker_color=[colour(n) for n in names], marker_pattern_shape="x", offsetgroup="exposed",
+               base=(frame["exposed_transfer_ns_per_step"] / 1e6).to_list(),
+               hovertemplate="%{x}: %{y:.3f} ms waiting for a later rank<extra></extra>"),
+        go.Bar(name="overlapped", x=names, y=(frame["overlapped_ns_per_step"] / 1e6).to_list(),
                marker_color=[colour(n) for n in names], marker_pattern_shape="/", opacity=0.45,
-               hovertemplate="%{x}: %{y:.3f} ms hidden<extra></extra>"),
+               offsetgroup="overlapped", hovertemplate="%{x}: %{y:.3f} ms hidden<extra></extra>"),
     ])
     fig.update_layout(barmode="group", title=title, yaxis_title="ms per step", xaxis_title=by, margin={"t": 50})
     if set(names) == {UNKNOWN}:
-        fig.add_annotation(text=f"{by}: not classified yet", showarrow=False, xref="paper", yref="paper",
+        hint = "pass --layout (e.g. tp=2,dp=2)" if by == "dimension" else "pass --network ib|roce|ethernet"
+        fig.add_annotation(text=f"every {by} is unknown: {hint}", showarrow=False, xref="paper", yref="paper",
                            x=0.5, y=1.02, yanchor="bottom")
     return fig
 
@@ -131,14 +137,13 @@ def busbw_figure(calls: pl.DataFrame) -> go.Figure:
             text=[f"{o} · pg {p} · tier {t}" for o, p, t in zip(part["op"], part["pg"], part["tier"], strict=True)],
             hovertemplate="%{text}<br>%{x:.3s}B · %{y:.2f} GB/s<extra></extra>",
         ))
-    for tier in sorted(set(pts["tier"].to_list())):
-        peak = PEAK_GBPS.get(tier)
-        if peak is not None:
-            fig.add_hline(y=peak, line_dash="dash", line_color=style.tier_colour(tier),
-                          annotation_text=f"{tier} peak {peak:g} GB/s")
-    if all(PEAK_GBPS.get(t) is None for t in set(pts["tier"].to_list())):
-        fig.add_annotation(text="tier not classified yet: no peak to compare with", showarrow=False,
-                           xref="paper", yref="paper", x=0.5, y=1.02, yanchor="bottom")
+    peaks = pts.filter(pl.col("peak_gbps").is_not_null()).group_by("tier").agg(pl.col("peak_gbps").max()).sort("tier")
+    for tier, peak in peaks.iter_rows():
+        fig.add_hline(y=peak, line_dash="dash", line_color=style.tier_colour(tier),
+                      annotation_text=f"{tier} peak {peak:g} GB/s")
+    if peaks.height == 0:
+        fig.add_annotation(text="no tier with a known peak here (loopback/unknown): pass --peak TIER=GB/s",
+                           showarrow=False, xref="paper", yref="paper", x=0.5, y=1.02, yanchor="bottom")
     fig.update_layout(title=title, xaxis={"type": "log", "title": "message size (bytes)"},
                       yaxis={"title": "busbw (GB/s)"}, legend_title="dimension", margin={"t": 60})
     return fig
@@ -215,38 +220,39 @@ def traffic_figure(matrix: pl.DataFrame, ranks: list[int]) -> go.Figure:
     return fig
 
 
-def skew_figure(delays: pl.DataFrame, straggler: tuple[int, float] | None) -> go.Figure:
-    """Rank × collective heatmap of arrival delay (µs); the straggler's row is boxed."""
-    title = "Arrival delay per rank and collective (start - earliest start in the group)"
-    if delays.height == 0:
+def skew_figure(waits: pl.DataFrame, straggler: int | None) -> go.Figure:
+    """Rank × matched collective heatmap of each rank's wait (µs) for the last rank to arrive; the rank
+    the others waited for most is boxed."""
+    title = "Wait per rank and collective (µs blocked on the last rank to arrive)"
+    if waits.height == 0:
         return _empty(title, "no collective was seen by more than one rank")
-    cols = delays.group_by("key").agg(pl.col("first_ns").first(), pl.col("delay_ns").max().alias("_max"),
-                                      pl.col("label").first())
+    cols = waits.group_by("key").agg(pl.col("first_ns").first(), pl.col("wait_ns").max().alias("_max"),
+                                     pl.col("label").first())
     if cols.height > MAX_SKEW_COLUMNS:
         cols = cols.sort("_max", descending=True).head(MAX_SKEW_COLUMNS)
         title += f" — the {MAX_SKEW_COLUMNS} most skewed"
     cols = cols.sort("first_ns")
-    ranks = sorted(delays["rank"].unique().to_list())
+    ranks = sorted(waits["rank"].unique().to_list())
     col_index = {k: i for i, k in enumerate(cols["key"].to_list())}
     row_index = {r: i for i, r in enumerate(ranks)}
     z = np.full((len(ranks), len(col_index)), np.nan)
-    for key, rank, delay in delays.select("key", "rank", "delay_ns").iter_rows():
+    for key, rank, wait in waits.select("key", "rank", "wait_ns").iter_rows():
         if key in col_index:
-            z[row_index[rank], col_index[key]] = delay / 1e3
+            z[row_index[rank], col_index[key]] = wait / 1e3
+    labels = [f"{k} ({lab})" for k, lab in zip(cols["key"].to_list(), cols["label"].to_list(), strict=True)]
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(len(col_index))), y=[str(r) for r in ranks], colorscale="Reds",
-        colorbar={"title": "µs late"}, customdata=np.array([cols["label"].to_list()] * len(ranks)),
-        hovertemplate="rank %{y}<br>%{customdata}<br>%{z:.1f} µs late<extra></extra>", hoverongaps=False,
+        colorbar={"title": "µs waiting"}, customdata=np.array([labels] * len(ranks)),
+        hovertemplate="rank %{y}<br>%{customdata}<br>%{z:.1f} µs waiting<extra></extra>", hoverongaps=False,
     ))
-    if straggler is not None:
-        r = str(straggler[0])
-        fig.add_shape(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=row_index[straggler[0]] - 0.5,
-                      y1=row_index[straggler[0]] + 0.5, line={"color": "#1f77b4", "width": 3})
-        fig.add_annotation(xref="paper", x=1.0, y=r, xanchor="left", showarrow=False,
-                           text=f" straggler: rank {r}")
+    if straggler is not None and straggler in row_index:
+        fig.add_shape(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=row_index[straggler] - 0.5,
+                      y1=row_index[straggler] + 0.5, line={"color": "#1f77b4", "width": 3})
+        fig.add_annotation(xref="paper", x=1.0, y=str(straggler), xanchor="left", showarrow=False,
+                           text=f" others wait for rank {straggler}")
     fig.update_layout(title=title, xaxis={"title": "collective (in time order)"},
                       yaxis={"title": "rank", "type": "category", "autorange": "reversed"},
-                      height=max(380, 14 * len(ranks) + 160), margin={"t": 50, "r": 160})
+                      height=max(380, 14 * len(ranks) + 160), margin={"t": 50, "r": 180})
     return fig
 
 

@@ -1,4 +1,4 @@
-"""Colours, peaks and formatting shared by the figures and pages."""
+"""Colours and formatting shared by the figures and pages (peaks come from the analysis)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,6 @@ TIER_COLOURS = {
     "roce": "#d62728", "ethernet": "#9467bd", "loopback": "#7f7f7f", UNKNOWN: UNKNOWN_COLOUR,
 }
 EXTRA_COLOURS = ("#e377c2", "#bcbd22", "#17becf", "#8c564b", "#7f7f7f")
-
-# Nominal peak bus bandwidth per tier (GB/s), for "busbw vs peak". Loopback has no meaningful peak.
-PEAK_GBPS: dict[str, float | None] = {
-    "nvlink": 450.0, "nvls": 450.0, "pcie": 64.0, "ib": 50.0, "roce": 25.0, "ethernet": 12.5,
-    "loopback": None, UNKNOWN: None,
-}
 
 PART_COLOURS = {
     "compute_ns": "#4c78a8", "overlapped_comm_ns": "#72b7b2", "exposed_comm_ns": "#e45756",

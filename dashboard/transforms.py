@@ -1,4 +1,4 @@
-"""Pure table transforms behind the pages: polars in, polars out, no Dash.
+"""Pure table shaping behind the pages: polars in, polars out, no Dash, no new numbers.
 
 Rules the pages show (and tests pin):
 
@@ -6,13 +6,8 @@ Rules the pages show (and tests pin):
   their union, and gaps shorter than one bin (window / bins) are closed; a piece shorter than a bin is
   widened to one bin so it stays visible. Every gap left is at least a bin wide, so a lane never has more
   than ``bins`` segments, whatever the run's size.
-* **Skew**: calls are matched across ranks by (pg, seq); calls without a seq by (pg, op, ordinal), the
-  ordinal being the call's position among its rank's calls of that (pg, op) in time order. A rank's
-  delay = its start - the earliest start among the matched calls.
-* **Traffic**: bytes per step from rank to rank. A point-to-point ``send`` of B bytes counts B from the
-  sender to its peer (``recv`` records are not counted again). Any other collective call of B bytes on a
-  rank of an n-rank group counts B/(n-1) from that rank to each other member (the rank's B bytes spread
-  evenly over its group). Calls whose group's ranks are unknown are left out (and counted).
+
+Every number comes from the analysis (analyzers/): these only select rows and shape them for figures.
 * **Links**: each process group is drawn as a ring over its sorted ranks; a pair linked by several
   groups keeps the smallest group (the most specific one).
 """
@@ -26,26 +21,7 @@ import numpy.typing as npt
 import polars as pl
 
 from commprof.analyzers import intervals as iv
-from commprof.analyzers.overlap import effective_compute
-
-UNKNOWN = "unknown"
-P2P_OPS = ("send", "recv")
-
-
-# ---------------------------------------------------------------- overview
-def exposed_by(pg_steps: pl.DataFrame, process_groups: pl.DataFrame, steps: pl.DataFrame, by: str) -> pl.DataFrame:
-    """Exposed and overlapped comm per rank-step (mean over ranks and steps), per dimension or tier."""
-    rank_steps = max(steps.height, 1)
-    info = process_groups.select("pg", by)
-    out = (
-        pg_steps.join(info, on="pg", how="left")
-        .with_columns(pl.col(by).fill_null(UNKNOWN))
-        .group_by(by)
-        .agg((pl.col("exposed_ns").sum() / rank_steps).alias("exposed_ns"),
-             (pl.col("overlapped_ns").sum() / rank_steps).alias("overlapped_ns"))
-        .sort("exposed_ns", descending=True)
-    )
-    return out
+from commprof.vocab import UNKNOWN
 
 
 # ---------------------------------------------------------------- timeline
@@ -57,8 +33,8 @@ class TimelineBase:
     end_ns: int
     rows: pl.DataFrame  # row, rank, lane, label
     boxes: pl.DataFrame  # row, category, start_ns, end_ns (compute/memory lanes and comm by dimension)
-    calls: pl.DataFrame  # row, dimension, start_ns, end_ns, op, pg, bytes, busbw_gbps, exposed_ns
-    exposed: dict[int, iv.Union]  # rank -> exposed comm (comm union minus effective compute)
+    calls: pl.DataFrame  # row, dimension, start_ns, end_ns, op, pg, bytes, busbw_gbps, exposed_ns (per call)
+    exposed: dict[int, iv.Union]  # rank -> exposed comm spans (from the analysis)
     steps: pl.DataFrame  # step, start_ns, end_ns (over ranks)
 
 
@@ -68,7 +44,8 @@ def _short_lane(lane: str) -> str:
     return lane
 
 
-def timeline_base(intervals: pl.DataFrame, collectives: pl.DataFrame, steps: pl.DataFrame) -> TimelineBase:
+def timeline_base(intervals: pl.DataFrame, collectives: pl.DataFrame, steps: pl.DataFrame,
+                  exposed_spans: pl.DataFrame) -> TimelineBase:
     keep = intervals.filter(pl.col("kind").cast(pl.String).is_in(["compute", "comm", "memory"]))
     rows = (
         keep.select("rank", "lane").unique()
@@ -89,14 +66,10 @@ def timeline_base(intervals: pl.DataFrame, collectives: pl.DataFrame, steps: pl.
     ).sort("row", "start_ns")
     comm_boxes = calls.select("row", pl.concat_str(pl.lit("comm:"), "dimension").alias("category"),
                               "start_ns", "end_ns")
-    exposed: dict[int, iv.Union] = {}
-    for (rank,), frame in intervals.partition_by("rank", as_dict=True).items():
-        starts = frame["start_ns"].to_numpy().astype(np.int64)
-        ends = frame["end_ns"].to_numpy().astype(np.int64)
-        compute = effective_compute(frame, frame["kind"].cast(pl.String).to_numpy(), starts, ends)
-        rank_calls = collectives.filter(pl.col("rank") == rank)
-        comm = iv.union(rank_calls["start_ns"].to_numpy(), rank_calls["end_ns"].to_numpy())
-        exposed[int(rank)] = iv.subtract(comm, compute)  # type: ignore[call-overload]
+    exposed: dict[int, iv.Union] = {
+        int(rank): (frame["start_ns"].to_numpy().astype(np.int64), frame["end_ns"].to_numpy().astype(np.int64))
+        for (rank,), frame in exposed_spans.sort("rank", "start_ns").partition_by("rank", as_dict=True).items()
+    }
     step_windows = steps.group_by("step").agg(pl.col("start_ns").min(), pl.col("end_ns").max()).sort("step")
     origin = int(intervals["start_ns"].min() or 0) if intervals.height else 0
     end = int(intervals["end_ns"].max() or 0) if intervals.height else 1
@@ -187,31 +160,16 @@ def _with_hover(segs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------- skew
-def skew_delays(collectives: pl.DataFrame) -> pl.DataFrame:
-    """One row per rank and matched call: key, label, first_ns (earliest start), delay_ns."""
-    c = collectives.with_columns(pl.col("pg").fill_null(UNKNOWN)).sort("start_ns")
-    c = c.with_columns(pl.int_range(pl.len()).over("rank", "pg", "op").alias("_ordinal"))
-    c = c.with_columns(
-        pl.when(pl.col("seq").is_not_null())
-        .then(pl.format("pg {} seq {}", "pg", "seq"))
-        .otherwise(pl.format("pg {} {} #{}", "pg", "op", "_ordinal")).alias("key")
-    )
-    c = c.with_columns(
-        pl.col("start_ns").min().over("key").alias("first_ns"),
-        pl.col("rank").n_unique().over("key").alias("_ranks"),
-    ).filter(pl.col("_ranks") > 1)
-    c = c.group_by("key", "rank").agg(pl.col("start_ns").min(), pl.col("first_ns").first(), pl.col("op").first())
-    return c.with_columns((pl.col("start_ns") - pl.col("first_ns")).alias("delay_ns"),
-                          pl.format("{} ({})", "key", "op").alias("label")).sort("first_ns", "rank")
-
-
-def straggler(delays: pl.DataFrame) -> tuple[int, float] | None:
-    """(rank, mean delay ns) of the rank with the largest mean delay."""
-    if delays.height == 0:
-        return None
-    mean = delays.group_by("rank").agg(pl.col("delay_ns").mean()).sort(["delay_ns", "rank"],
-                                                                          descending=[True, False])
-    return int(mean["rank"][0]), float(mean["delay_ns"][0])
+def skew_waits(collectives: pl.DataFrame) -> pl.DataFrame:
+    """One row per rank and matched call: key, label (pg, dimension, op), first_ns, wait_ns (the analysis'
+    wait: time blocked on the latest rank to arrive)."""
+    c = collectives.filter(pl.col("match_key").is_not_null() & pl.col("step").is_not_null())
+    return (c.group_by("match_key", "rank").agg(pl.col("wait_ns").max(), pl.col("start_ns").min(),
+                                                pl.col("op").first(), pl.col("pg").first(),
+                                                pl.col("dimension").first())
+            .with_columns(pl.col("start_ns").min().over("match_key").alias("first_ns"),
+                          pl.format("{} · {} · {}", "pg", "dimension", "op").alias("label"))
+            .rename({"match_key": "key"}).sort("first_ns", "rank"))
 
 
 # ---------------------------------------------------------------- topology
@@ -235,13 +193,15 @@ def group_links(process_groups: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------- compare
-def step_and_exposed(steps: pl.DataFrame, by_dimension: pl.DataFrame, by_tier: pl.DataFrame) -> pl.DataFrame:
-    """What compare puts side by side: metric, value_ns (means per rank-step)."""
-    step_ns = (steps["end_ns"] - steps["start_ns"]).mean() if steps.height else None
-    rows = [("step time", step_ns)]
-    rows += [("exposed comm (total)", steps["exposed_comm_ns"].mean() if steps.height else None)]
-    rows += [(f"exposed · dimension {r['dimension']}", r["exposed_ns"]) for r in by_dimension.iter_rows(named=True)]
-    rows += [(f"exposed · tier {r['tier']}", r["exposed_ns"]) for r in by_tier.iter_rows(named=True)]
+def step_and_exposed(totals: dict[str, float | None], by_dimension: pl.DataFrame, by_tier: pl.DataFrame
+                     ) -> pl.DataFrame:
+    """What compare puts side by side: metric, value_ns (the analyses' means per rank-step)."""
+    rows = [("step time", totals.get("step_ns")), ("exposed comm (total)", totals.get("exposed_comm_ns")),
+            ("exposed wait (late ranks)", totals.get("exposed_wait_ns")),
+            ("exposed transfer", totals.get("exposed_transfer_ns"))]
+    rows += [(f"exposed · dimension {r['dimension']}", r["exposed_ns_per_step"])
+             for r in by_dimension.iter_rows(named=True)]
+    rows += [(f"exposed · tier {r['tier']}", r["exposed_ns_per_step"]) for r in by_tier.iter_rows(named=True)]
     return pl.DataFrame({"metric": [m for m, _ in rows], "value_ns": [v for _, v in rows]},
                         schema={"metric": pl.String, "value_ns": pl.Float64})
 

@@ -43,7 +43,7 @@ def test_every_run_page_routes(cache: RunCache) -> None:
         assert ids.MESSAGE not in _text(body) and ids.RUN_KEY in _text(body)
     assert "sample" in _text(route(cache, "/")[0])  # one run: / is its overview
     assert "Compare needs two runs" in _text(route(cache, "/compare")[0])
-    assert "No findings analyzer yet" in _text(route(cache, "/run/sample/overview")[0])
+    assert "No findings are computed for this run" in _text(route(cache, "/run/sample/overview")[0])
 
 
 def test_failed_analysis_is_a_message_page(cache: RunCache) -> None:
@@ -51,7 +51,7 @@ def test_failed_analysis_is_a_message_page(cache: RunCache) -> None:
         path = Path("broken")
         warnings: list[str] = []
 
-        def analyze(self) -> None:
+        def tables(self) -> None:
             raise ZeroDivisionError("division by zero")
 
     broken = RunCache({"broken": Broken()})  # type: ignore[dict-item]

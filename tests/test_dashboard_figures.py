@@ -50,11 +50,12 @@ def test_exposed_by_dimension_and_tier(runs: RunCache, key: str) -> None:
     a = runs.analysis(key)
     for by in ("dimension", "tier"):
         frame = runs.exposed_by(key, by)
-        # the per-group shares add up to the ranks' exposed totals
-        assert frame["exposed_ns"].sum() == pytest.approx(a.steps["exposed_comm_ns"].mean(), rel=1e-9)
+        # the analysis' per-dimension/tier rows: their shares add up to the ranks' exposed totals
+        assert frame is (a.by_dimension if by == "dimension" else a.by_tier)
+        assert frame["exposed_ns_per_step"].sum() == pytest.approx(a.steps["exposed_comm_ns"].mean(), rel=1e-9)
         fig = figures.exposed_by_figure(frame, by)
         assert list(fig.data[0].x) == frame[by].to_list()
-        noted = any("not classified yet" in (ann.text or "") for ann in fig.layout.annotations)
+        noted = any("is unknown: pass" in (ann.text or "") for ann in fig.layout.annotations)
         # the note appears exactly when nothing is classified
         assert noted == (set(frame[by].to_list()) == {"unknown"})
 
@@ -95,21 +96,24 @@ def test_merge_to_bins_closes_small_gaps() -> None:
 
 
 def test_skew_finds_the_straggler(runs: RunCache) -> None:
-    delays, worst = runs.skew("synth")
-    assert worst is not None and worst[0] == 5
-    tp = delays.filter(pl.col("key").str.starts_with("pg 2 seq"))  # rank 5's TP group is pg 2
-    assert tp.filter(pl.col("rank") == 5)["delay_ns"].to_list() == [50_000] * 3
-    assert set(tp.filter(pl.col("rank") != 5)["delay_ns"].to_list()) == {0}
-    fig = figures.skew_figure(delays, worst)
+    waits, worst = runs.skew("synth")
+    assert worst is not None and worst["rank"] == 5
+    tp = waits.filter(pl.col("key").str.starts_with("2 seq"))  # rank 5's TP group is pg 2
+    # the straggler waits for nobody; its TP peers wait its 50 µs at every TP call (3 steps)
+    assert set(tp.filter(pl.col("rank") == 5)["wait_ns"].to_list()) == {0}
+    assert set(tp.filter(pl.col("rank") != 5)["wait_ns"].to_list()) == {50_000}
+    fig = figures.skew_figure(waits, worst["rank"])
     assert fig.data[0].type == "heatmap"
-    assert any("straggler: rank 5" in (a.text or "") for a in fig.layout.annotations)
+    assert any("others wait for rank 5" in (a.text or "") for a in fig.layout.annotations)
 
 
 def test_skew_without_seq_matches_by_ordinal(runs: RunCache) -> None:
-    delays, worst = runs.skew("sample")
-    assert delays.height > 0 and worst is not None
-    assert delays["key"].str.contains("#").all()  # the sample's Gloo ops carry no seq
-    assert delays.group_by("key").agg(pl.col("delay_ns").min())["delay_ns"].to_list() == [0] * delays[
+    waits, worst = runs.skew("sample")
+    assert waits.height > 0 and worst is not None
+    assert waits["key"].str.contains("#").all()  # the sample's Gloo ops carry no seq: matched by order
+    assert runs.analysis("sample").match_by == "order"
+    # the last rank to arrive at a call waits for nobody
+    assert waits.group_by("key").agg(pl.col("wait_ns").min())["wait_ns"].to_list() == [0] * waits[
         "key"].n_unique()
 
 

@@ -100,7 +100,7 @@ def test_efficiency_of_collectives_groups_and_dimension_tier(tmp_path: Path) -> 
 
 def test_no_peak_no_efficiency(tmp_path: Path) -> None:
     """Without --network the dp groups' tier is unknown: no peak, no efficiency (never a made-up one)."""
-    analysis = open_run(_run(tmp_path)).analyze()
+    analysis = commprof.analyze(open_run(_run(tmp_path)))
     eff = {r["pg"]: r["efficiency"] for r in analysis.collectives_summary.iter_rows(named=True)}
     assert eff == {"1": 40.0 / 450, "2": 40.0 / 450, "3": None, "4": None}
 

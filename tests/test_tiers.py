@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 from classify_helpers import GroupSpec, RankSpec, write_run
 
-from commprof.analyzers.group_tiers import CommInfo, TierSettings, match_communicators, parse_smi_topo
+from commprof.analyzers.group_tiers import TierSettings, match_communicators
+from commprof.ingest.topology import CommInfo, parse_smi_topo
 from commprof.analyzers.pipeline import AnalysisSettings
 from commprof.errors import UsageError
 from commprof.run import open_run

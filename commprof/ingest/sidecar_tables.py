@@ -20,8 +20,8 @@ from commprof.errors import CommprofError
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.topology import CommInfo, HostTopology, comm_rank_sets, read_topologies
 
-NCCL_COMMS = pl.Schema({"comm_id": pl.String, "ranks": pl.List(pl.Int32), "tier": pl.String,
-                        "ops": pl.List(pl.String), "colls": pl.Int64, "link_gbps": pl.Float64})
+NCCL_COMMS = pl.Schema({"comm_id": pl.String(), "ranks": pl.List(pl.Int32()), "tier": pl.String(),
+                        "ops": pl.List(pl.String()), "colls": pl.Int64(), "link_gbps": pl.Float64()})
 TOPOLOGY = pl.Schema({"host": pl.String, "gpu_a": pl.Int32, "gpu_b": pl.Int32, "path": pl.String})
 IB_PORTS = pl.Schema({"host": pl.String, "link_layer": pl.String, "gbps": pl.Float64})
 FLIGHT_RECORDER = pl.Schema({
@@ -209,7 +209,7 @@ def _read_cache(folder: Path, key: str) -> SidecarTables | None:
         frames = [pl.read_parquet(folder / f"{name}.parquet") for name in _NAMES]
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return None
-    return SidecarTables(*frames, warnings=tuple(meta.get("warnings") or ()))
+    return SidecarTables(frames[0], frames[1], frames[2], frames[3], tuple(meta.get("warnings") or ()))
 
 
 _NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder")

@@ -16,8 +16,8 @@ TITLE = "Overview"
 def _findings(cache: RunCache, key: str) -> Any:
     found = cache.findings(key)
     if found is None or found.height == 0:
-        return html.P("No findings analyzer yet: findings will be listed here once it lands.",
-                      className="muted")
+        return html.P("No findings are computed for this run. Start from the exposed time by dimension and tier "
+                      "below, and the skew page for late ranks.", className="muted")
     items = []
     for row in found.head(10).iter_rows(named=True):
         saving = row.get("estimated_saving_ns") or row.get("saving_ns")

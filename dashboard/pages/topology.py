@@ -6,7 +6,8 @@ from typing import Any
 
 from dash import Dash, dcc, html
 
-from commprof.dashboard import figures, ids, transforms
+from commprof.analyzers import traffic
+from commprof.dashboard import figures, ids
 from commprof.dashboard.cache import RunCache
 
 TITLE = "Topology"
@@ -21,8 +22,8 @@ def layout(cache: RunCache, key: str) -> Any:
         html.H2(f"{key} — topology"),
         dcc.Graph(id=ids.TOPO_GRAPH, figure=figures.topology_figure(a.ranks, cache.links(key))),
         dcc.Graph(id=ids.TOPO_TRAFFIC, figure=figures.traffic_figure(matrix, a.ranks["rank"].to_list())),
-        html.P(["How traffic is counted: ", transforms.__doc__.split("* **Traffic**: ")[1].split("* **Links**")[0]
-                if transforms.__doc__ else "", html.Br(), note], className="muted"),
+        html.P(["How traffic is counted: ", " ".join((traffic.__doc__ or "").split("\n\n")[1].split()),
+                html.Br(), note], className="muted"),
     ])
 
 

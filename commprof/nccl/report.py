@@ -148,7 +148,7 @@ def _render_host_tiers(hosts: list[dict[str, Any]], console: Console) -> None:
     table.add_column("why", overflow="fold")
     for h in hosts:
         why = [t["reason"] for t in (h["intra_host"], h["inter_host"])
-               if t.get("reason") and t.get("source") not in (None, "transport")]
+               if t.get("reason") and t.get("source") not in (None, "transport", "none")]
         table.add_row(h["host"], _host_tier(h["intra_host"]), _host_tier(h["inter_host"]), "\n".join(why) or "-")
     console.print(table)
 

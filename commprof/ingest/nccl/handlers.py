@@ -250,6 +250,7 @@ def nvls(st: State, h: Head, msg: str) -> str:
         return "nvls"
     nv = pt.NVLS_COMM.search(msg)
     if nv is not None:
+        h.process.nvls_available = True  # NVLS buffers were set up: this host has NVSwitch
         rec = st.by_ptr(h.process, nv.group(1))
         if rec is not None:
             _mark_nvls(st, rec, h.process)

@@ -165,33 +165,57 @@ def test_corrupt_gzip_in_parallel_parse_through_a_real_process(sample_run: Path)
     assert proc.stdout == ""
 
 
-@pytest.mark.parametrize(
+NOT_TRACES = pytest.mark.parametrize(
     ("content", "why"),
     [
         ('{"hello": 1}', r"traceEvents"),
         ("[1, 2, 3]", r""),
         ("this is not json at all", r"not JSON"),
         ("{this is not json", r"JSON|trace"),
+        ("", r"empty"),
+        ('{"schema": "1.1.1-chakra.0.0.4", "pid": 7, "time": "2025-01-01", "nodes": [{"id": 1}]}',
+         r"execution trace"),
     ],
-    ids=["object-without-events", "list-of-numbers", "plain-text", "broken-object"],
+    ids=["object-without-events", "list-of-numbers", "plain-text", "broken-object", "empty", "execution-trace"],
 )
-def test_json_that_is_not_a_trace_is_one_line_error(cli: Cli, sample_run: Path, content: str, why: str) -> None:
+
+
+@NOT_TRACES
+def test_json_that_is_not_a_trace_beside_traces_is_skipped_with_a_warning(
+    cli: Cli, sample_run: Path, content: str, why: str
+) -> None:
     (sample_run / "rank-3.json.gz").unlink()
     (sample_run / "rank-3.json").write_text(content)
-    line = assert_one_line_error(cli("analyze", str(sample_run)), "rank-3.json")
+    report = analyze_json(cli, sample_run)
+    warned = warnings_about(report, "rank-3.json")
+    assert any("skipped" in w and "not a Kineto trace" in w and re.search(why, w) for w in warned), report["warnings"]
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1, 2]
+
+
+@NOT_TRACES
+def test_a_lone_file_that_is_not_a_trace_is_one_line_error(
+    cli: Cli, sample_run: Path, content: str, why: str
+) -> None:
+    lone = sample_run / "notes.json"
+    lone.write_text(content)
+    line = assert_one_line_error(cli("analyze", str(lone)), "notes.json")
     assert re.search(why, line), line
 
 
+def test_a_folder_of_nothing_but_other_json_is_one_line_error(cli: Cli, tmp_path: Path) -> None:
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "a.json").write_text('{"lr": 0.1}')
+    (folder / "b.json").write_text("[1, 2]")
+    line = assert_one_line_error(cli("analyze", str(folder)), "a.json", "b.json")
+    assert "no Kineto traces" in line, line
+
+
 def test_a_complete_json_list_is_not_called_truncated(cli: Cli, sample_run: Path) -> None:
-    (sample_run / "rank-3.json.gz").unlink()
-    (sample_run / "rank-3.json").write_text("[1, 2, 3]\n")
-    line = assert_one_line_error(cli("analyze", str(sample_run)), "rank-3.json")
+    lone = sample_run / "rank-3.json"
+    lone.write_text("[1, 2, 3]\n")
+    line = assert_one_line_error(cli("analyze", str(lone)), "rank-3.json")
     assert not re.search(r"cut short|truncat|ends early", line), line
-
-
-def test_empty_file_is_one_line_error(cli: Cli, sample_run: Path) -> None:
-    (sample_run / "rank-3.json.gz").write_bytes(b"")
-    assert_one_line_error(cli("analyze", str(sample_run)), "rank-3.json.gz")
 
 
 def test_empty_folder(cli: Cli, tmp_path: Path) -> None:

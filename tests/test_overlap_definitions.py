@@ -149,6 +149,9 @@ def test_work_after_the_last_cpu_step_belongs_to_the_last_step(tmp_path: Path) -
 def test_hta_compat_drops_the_last_step_and_rounds_inward(tmp_path: Path) -> None:
     b = (TraceBuilder().step(1, 0, 100).step(2, 100, 200)
          .compute(10.4, 60.6).nccl(20.2, 70.8).nccl(120, 150))
+    for kernel in [e for e in b.events if e["cat"] == "kernel"]:  # each launched 5 µs before it runs
+        b.cpu("cudaLaunchKernel", kernel["ts"] - 5, kernel["ts"] - 4, cat="cuda_runtime",
+              correlation=kernel["args"]["correlation"])
     run = analyze(tmp_path, b, hta_compat=True)
     # only step 1 [0,100); kernels become [11,60) and [21,70): compute alone 10, overlapped 39, exposed 10
     assert run.analysis.steps["step"].to_list() == [1]  # type: ignore[attr-defined]

@@ -7,6 +7,8 @@ into dicts on a 54 MB trace, and far less memory); see the README's "Why msgspec
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 Number = int | float
@@ -51,12 +53,21 @@ class Event(msgspec.Struct, gc=False):
     cat: str = ""
     pid: Number | str = 0
     tid: Number | str = 0
-    ts: Number | str | None = None
-    dur: Number | str | None = None
+    # µs. Untyped so that the decoders' ``float_hook=str`` hands float literals over as their text,
+    # converted to ns exactly later (commprof.ingest.exact_time); integers arrive as ints.
+    ts: Any = None
+    dur: Any = None
     args: msgspec.Raw = NULL
 
 
 _args_decoder = msgspec.json.Decoder(Args)
+
+
+class _Correlation(msgspec.Struct, gc=False):
+    correlation: int | None = None
+
+
+_correlation_decoder = msgspec.json.Decoder(_Correlation)
 
 
 def decode_args(raw: msgspec.Raw) -> Args | None:
@@ -65,6 +76,16 @@ def decode_args(raw: msgspec.Raw) -> Args | None:
         return None
     try:
         return _args_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def decode_correlation(raw: msgspec.Raw) -> int | None:
+    """The ``correlation`` of a runtime event (cudaLaunchKernel & co.): all its args that are read."""
+    if raw is NULL:
+        return None
+    try:
+        return _correlation_decoder.decode(raw).correlation
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 
@@ -98,7 +119,7 @@ class Trace(msgspec.Struct):
     traceEvents: list[Event] | None = None  # noqa: N815
     distributedInfo: DistributedInfo | None = None  # noqa: N815
     deviceProperties: list[DeviceProperty] | None = None  # noqa: N815
-    baseTimeNanoseconds: Number | None = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815 (ns; untyped for exactness, see Event.ts)
     host_name: str | None = None
 
 

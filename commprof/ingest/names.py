@@ -6,7 +6,29 @@ from __future__ import annotations
 import re
 
 COMM_KERNEL_PREFIXES = ("nccl", "rccl")
-COMM_OP_PREFIXES = ("gloo:", "nccl:", "rccl:", "mpi:", "ucc:", "xccl:")
+# CPU ops that are collectives. The first group run the transfer on the CPU (Gloo, MPI, UCC, oneCCL's
+# CPU work); the second only enqueue a device collective, so on a trace without the device side their
+# duration is a launch time, not a transfer (``ENQUEUE_OP_PREFIXES``).
+ENQUEUE_OP_PREFIXES = ("nccl:", "rccl:", "hccl:", "xccl:", "oneccl_bindings_for_pytorch::xpu::")
+COMM_OP_PREFIXES = ("gloo:", "mpi:", "ucc:", "ccl:", "oneccl_bindings_for_pytorch::cpu_work::", *ENQUEUE_OP_PREFIXES)
+# CPU ops around a collective call that name it (``c10d::alltoall_base_``), used when the kernel's own
+# name does not say which collective it is (NCCL runs all-to-all as grouped send/recv).
+CALL_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", *ENQUEUE_OP_PREFIXES)
+
+# Device kernels of collectives libraries other than NCCL/RCCL, found in their sources and in traces
+# people posted: torch symmetric memory (one/two-shot and multimem all-reduce, all-gather, reduce-scatter),
+# vLLM/SGLang custom all-reduce (cross_device_reduce_1stage/2stage), TensorRT-LLM / FlashInfer
+# (oneShotAllReduceKernel, twoShotAllReduceKernel, allreduce fusion and Lamport kernels), DeepEP
+# (dispatch/combine: all-to-all), Ascend HCCL (hcom_*), oneCCL and MSCCL++ kernels.
+_LIBRARY_KERNEL = re.compile(
+    r"cross_device_reduce_[12]stage|(?:one|two)_?shot_?(?:all_?reduce|all_?gather|reduce_?scatter|reduce)"
+    r"|multimem_|allreduce_?fusion|custom_?all_?reduce|lamport|deep_ep::|hcom_|hccl|oneccl|mscclpp|quick_?reduce",
+    re.IGNORECASE,
+)
+# Words that make a kernel look like communication (warned about when no rule above claims it).
+_LOOKS_LIKE_COMM = re.compile(
+    r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send_?recv", re.IGNORECASE
+)
 MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 DEVICE_CATEGORIES = frozenset({"kernel", *MEMORY_CATEGORIES})
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "operator"})
@@ -49,11 +71,45 @@ DTYPE_BYTES: dict[str, int] = {
 
 
 def is_comm_kernel(name: str) -> bool:
-    return name.startswith(COMM_KERNEL_PREFIXES)
+    return name.startswith(COMM_KERNEL_PREFIXES) or _LIBRARY_KERNEL.search(name) is not None
+
+
+def looks_like_comm(name: str) -> bool:
+    """A name that reads like a collective although no rule classifies it as one."""
+    return _LOOKS_LIKE_COMM.search(name) is not None
+
+
+def kernel_op(name: str) -> str:
+    """The collective a communication kernel runs, from its name."""
+    if name.startswith(COMM_KERNEL_PREFIXES):
+        return normalize_op(name)
+    base = _function_name(name)
+    low = base.lower()
+    if "cross_device_reduce" in low or "multimem_one_shot_reduce" in low or "lamport" in low \
+            or "fusion" in low or "quick" in low:
+        return "all_reduce"
+    if low.endswith(("dispatch", "combine")) or "deep_ep" in name.lower():
+        return "all_to_all"
+    return normalize_op(base)
+
+
+def _function_name(name: str) -> str:
+    """``void ns::kernel<T, 8>(args)`` -> ``kernel``."""
+    text = name.removeprefix("void ").strip()
+    for stop in ("<", "("):
+        cut = text.find(stop)
+        if cut > 0:
+            text = text[:cut]
+    return text.rsplit("::", 1)[-1] if not text.startswith("deep_ep") else text
 
 
 def is_comm_op(name: str) -> bool:
     return name.startswith(COMM_OP_PREFIXES)
+
+
+def is_enqueue_op(name: str) -> bool:
+    """A CPU op that only hands a collective to a device backend (its duration is not the transfer)."""
+    return name.startswith(ENQUEUE_OP_PREFIXES)
 
 
 def is_wait_op(name: str) -> bool:
@@ -63,7 +119,7 @@ def is_wait_op(name: str) -> bool:
 def normalize_op(name: str) -> str:
     """``allreduce``, ``nccl:all_reduce``, ``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` -> ``all_reduce``."""
     match = _KERNEL_OP.search(name)
-    text = match.group(1) if match else name.split(":", 1)[-1]
+    text = match.group(1) if match else name.rsplit("::", 1)[-1].split(":", 1)[-1]
     key = text.lower().replace("_", "")
     for needle, op in _OP_KEYS:
         if needle in key:

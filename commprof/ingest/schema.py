@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-INGEST_VERSION = 1  # bump whenever what ingest writes changes: every cached table is then rebuilt
+INGEST_VERSION = 2  # bump whenever what ingest writes changes: every cached table is then rebuilt
 
 KINDS = ("compute", "comm", "memory", "wait", "annotation")
 
@@ -16,6 +16,9 @@ INTERVALS = pl.Schema({
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
     "correlation": pl.Int64(),
+    # when the event was issued on the CPU: a device event's launching runtime call (joined by
+    # correlation; null when the trace does not hold it), a CPU op's own start
+    "launch_ns": pl.Int64(),
 })
 
 COLLECTIVES = pl.Schema({
@@ -32,6 +35,7 @@ COLLECTIVES = pl.Schema({
     "lane": pl.String,
     "is_async": pl.Boolean,
     "name": pl.String,
+    "launch_ns": pl.Int64,  # as in INTERVALS
 })
 
 # Raw profiler-step annotations as the trace has them (CPU side); analyzers turn them into windows.

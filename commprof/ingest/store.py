@@ -31,8 +31,9 @@ import polars as pl
 from commprof.errors import InputError, TruncatedTraceError
 from commprof.ingest.discover import Source
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
-from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
+from commprof.ingest.kineto import RankTrace, extract
 from commprof.ingest.schema import INGEST_VERSION
+from commprof.ingest.stream import NotATraceError
 
 TABLES = ("intervals", "collectives", "step_marks", "process_groups")
 # raw bytes to parse (compressed, for .gz) before worker processes pay off; COMMPROF_PARALLEL_MIN_BYTES overrides
@@ -47,6 +48,7 @@ class FileEntry:
     stem: str
     size: int
     mtime_ns: int
+    label: str = ""  # the file as the user gave it, for messages (a split export's parts: "<export>#rank-N")
 
 
 def default_cache_dir(source: Source) -> Path:
@@ -110,7 +112,7 @@ def _expand_exports(entries: list[FileEntry], cache: Path, known: dict[str, Any]
         for part_path in sorted(folder.glob("rank-*.json")):
             suffix = part_path.name.split(".")[0]
             out.append(FileEntry(part_path, f"{entry.rel}#{suffix}", f"{entry.stem}-{suffix}", entry.size,
-                                 entry.mtime_ns))
+                                 entry.mtime_ns, f"{entry.path}#{suffix}"))
     return out
 
 
@@ -131,15 +133,19 @@ def _write_frame(frame: pl.DataFrame, target: Path) -> None:
 
 def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Parse one raw trace and write its tables (runs in a worker process)."""
+    label = entry.label or str(entry.path)
     try:
-        rank_trace: RankTrace = extract(entry.path, sidecars)
+        rank_trace: RankTrace = extract(entry.path, sidecars, label=label)
     except TruncatedTraceError as err:
-        return {"file": str(entry.path), "rel": entry.rel, "skipped": str(err), "warnings": [f"{err}; rank skipped"]}
+        return {"file": label, "rel": entry.rel, "skipped": str(err), "warnings": [f"{err}; rank skipped"]}
+    except NotATraceError as err:
+        return {"file": label, "rel": entry.rel, "skipped": str(err), "not_a_trace": True,
+                "warnings": [f"{err}; skipped (not a Kineto trace)"]}
     meta = {
         "file": str(entry.path),
         "rel": entry.rel,
         "rank": rank_trace.rank,
-        "rank_source": "distributedInfo" if rank_trace.rank is not None else None,
+        "rank_source": rank_trace.rank_source,
         "world_size": rank_trace.world_size,
         "backend": rank_trace.backend,
         "host": rank_trace.host,
@@ -150,12 +156,6 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
         "warnings": rank_trace.warnings,
         "n_intervals": len(rank_trace.intervals),
     }
-    if rank_trace.rank is None:
-        from_name = rank_from_file_name(entry.rel)
-        if from_name is not None:
-            meta["rank"], meta["rank_source"] = from_name, "file name"
-    if meta["rank"] is not None:
-        rank_trace.with_rank(int(str(meta["rank"])))
     for table in TABLES:
         _write_frame(getattr(rank_trace, table), cache / table / f"{entry.stem}.parquet")
     _atomic_write_bytes(cache / "meta" / f"{entry.stem}.json", json.dumps(meta).encode())
@@ -269,6 +269,7 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
             metas.append(fresh_metas[entry.rel])
         else:
             metas.append(json.loads((cache / "meta" / f"{entry.stem}.json").read_text()))
+    _refuse_if_no_traces(source, metas)
     if todo or set(known) != {e.rel for e in entries}:
         index = {
             "ingest_version": INGEST_VERSION,
@@ -277,6 +278,18 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
         }
         _atomic_write_bytes(cache / INDEX, json.dumps(index, indent=1).encode())
     return Ingested(cache, entries, metas, len(todo))
+
+
+def _refuse_if_no_traces(source: Source, metas: list[dict[str, Any]]) -> None:
+    """Files that are not Kineto traces are skipped beside traces (with a warning each); a lone one,
+    or a folder of nothing else, is an error."""
+    others = [m for m in metas if m.get("not_a_trace")]
+    if not others or (source.kind != "file" and len(others) < len(metas)):
+        return
+    if len(others) == 1:
+        raise InputError(str(others[0]["skipped"]))
+    listed = ", ".join(m["rel"] for m in others[:3]) + (", ..." if len(others) > 3 else "")
+    raise InputError(f"no Kineto traces: {len(others)} JSON files, none a Kineto trace ({listed})", source.path)
 
 
 def read_table(ingested: Ingested, table: str, entry: FileEntry) -> pl.DataFrame:

@@ -25,8 +25,14 @@ READ_BLOCK = 1 << 20
 TEXT_BLOCK = 4 << 20  # decompressed bytes handed over at a time
 PIECE_BYTES = 4 << 20  # decode once this much text is pending
 _WS = b" \t\r\n"
-_events_decoder = msgspec.json.Decoder(list[Event])
-_header_decoder = msgspec.json.Decoder(Trace)
+# float literals arrive as their text: epoch µs do not fit a float64 to the ns (see exact_time)
+_events_decoder = msgspec.json.Decoder(list[Event], float_hook=str)
+_header_decoder = msgspec.json.Decoder(Trace, float_hook=str)
+
+
+class NotATraceError(InputError):
+    """A file that is not a Kineto trace at all (another JSON, such as a PyTorch execution trace, or
+    no JSON). Beside other traces it is skipped with a warning; given alone it is an error."""
 
 
 @dataclass
@@ -37,16 +43,16 @@ class StreamResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _blocks(path: Path) -> Iterator[bytes]:
+def _blocks(path: Path, shown: str | Path) -> Iterator[bytes]:
     """Decompressed text of the file, block by block. Raises InputError on corrupt gzip; a gzip
     stream cut short ends early and the last item is an EOFError instance, not bytes."""
     with path.open("rb") as fh:
         first = fh.read(READ_BLOCK)
         if not first:
-            raise InputError("file is empty", path)
+            raise NotATraceError("file is empty", shown)
         if first[:2] != b"\x1f\x8b":
             if path.name.endswith(".gz"):
-                raise InputError("not a gzip file (bad magic bytes) although it ends in .gz", path)
+                raise InputError("not a gzip file (bad magic bytes) although it ends in .gz", shown)
             block = first
             while block:
                 yield block
@@ -63,7 +69,7 @@ def _blocks(path: Path) -> Iterator[bytes]:
                         block = inflater.unused_data
                         inflater = zlib.decompressobj(wbits=31)
             except zlib.error as err:
-                raise InputError(f"corrupt gzip data: {err}", path) from None
+                raise InputError(f"corrupt gzip data: {err}", shown) from None
             block = fh.read(READ_BLOCK)
         if not inflater.eof:
             raise EOFError("gzip stream ends early")
@@ -121,9 +127,11 @@ def _decode_array(data: bytearray, open_at: int, close_at: int) -> list[Event]:
         data[open_at], data[close_at] = saved_open, saved_close
 
 
-def stream_events(path: Path, on_events: Callable[[list[Event]], None]) -> StreamResult:
-    """Decode the trace at ``path``, handing its events to ``on_events`` a piece at a time."""
-    blocks = _threaded(_blocks(path))
+def stream_events(path: Path, on_events: Callable[[list[Event]], None], label: str | None = None) -> StreamResult:
+    """Decode the trace at ``path``, handing its events to ``on_events`` a piece at a time. Errors and
+    warnings name the file as ``label`` (what the user gave) where that differs from ``path``."""
+    blocks = _threaded(_blocks(path, label or path))
+    path = Path(label) if label else path
     data = bytearray()
     result = StreamResult(header=Trace())
     header_text: bytes | None = None
@@ -145,7 +153,7 @@ def stream_events(path: Path, on_events: Callable[[list[Event]], None]) -> Strea
             try:
                 events = _decode_array(data, open_at, cut)
             except msgspec.ValidationError as err:
-                raise InputError(f"not a Kineto trace: {err}", path) from None
+                raise NotATraceError(f"not a Kineto trace: {err}", path) from None
             except msgspec.DecodeError:
                 continue  # a separator inside an event's args: wait for more text
             result.events += len(events)
@@ -174,14 +182,17 @@ def _find_events(data: bytearray, path: Path, final: bool = False) -> tuple[int,
     if head == b"[":
         return data.index(b"["), None
     if head and head != b"{":
-        raise InputError("not JSON (does not start with '{' or '[')", path)
+        raise NotATraceError("not JSON (does not start with '{' or '[')", path)
     key = data.find(b'"traceEvents"')
     if key >= 0:
         bracket = data.find(b"[", key)
         if bracket >= 0:
             return bracket, bytes(data[:key])
+    elif b'"schema"' in data[:256] and b'"nodes"' in data[:8192]:
+        # said at once rather than after reading the whole file: these run to gigabytes
+        raise NotATraceError("a PyTorch execution trace ('schema' and 'nodes'), not a Kineto trace", path)
     if final:
-        raise InputError("not a Kineto trace: no 'traceEvents' array", path)
+        raise NotATraceError("not a Kineto trace: no 'traceEvents' array", path)
     return -1, None
 
 
@@ -200,7 +211,7 @@ def _finish(data: bytearray, open_at: int, path: Path, result: StreamResult,
             try:
                 events = _decode_array(data, open_at, close) if i > open_at else []
             except msgspec.ValidationError as err:
-                raise InputError(f"not a Kineto trace: {err}", path) from None
+                raise NotATraceError(f"not a Kineto trace: {err}", path) from None
             except msgspec.DecodeError:
                 pos = close + 1
                 continue
@@ -209,7 +220,7 @@ def _finish(data: bytearray, open_at: int, path: Path, result: StreamResult,
             return bytes(data[close + 1 :])
         pos = close + 1
     if _is_complete_json(data):
-        raise InputError("not a Kineto trace: the events array holds no event objects", path)
+        raise NotATraceError("not a Kineto trace: the events array holds no event objects", path)
     _salvage_truncated(data, open_at, path, result, on_events)
     return None
 
@@ -257,7 +268,7 @@ def _headers(header_text: bytes | None, tail: bytes | None, path: Path) -> Trace
         try:
             parts.append(_header_decoder.decode(text + b"}"))
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
-            raise InputError(f"not a Kineto trace: bad top-level fields ({err})", path) from None
+            raise NotATraceError(f"not a Kineto trace: bad top-level fields ({err})", path) from None
     if tail:
         rest = tail.strip()
         if rest.startswith(b","):

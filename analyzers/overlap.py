@@ -13,9 +13,12 @@ collective calls nested in it (a thread blocked in ``c10d::send`` is not computi
 
 Step windows come from the ``ProfilerStep#N`` marks: step k spans from its start to the next step's
 start; the first window reaches back to the earliest recorded activity and the last reaches forward
-to the latest, so every recorded interval belongs to exactly one step. With ``hta_compat`` the last
-step and everything that starts in it is dropped, and device times are rounded inward to whole µs,
-as Holistic Trace Analysis does, so the two tools can be compared on the same trace.
+to the latest, so every recorded interval belongs to exactly one step: the default assigns work by
+when it runs, because the GPU trails the CPU. With ``hta_compat`` the rules are Holistic Trace
+Analysis': the last step is dropped, a device event is kept only when its launch (``launch_ns``, the
+runtime call joined by correlation) started before the last step's start, events whose launch is not in
+the trace are dropped, and on traces with fractional-µs timestamps times are rounded inward to whole µs,
+so the two tools can be compared on the same trace.
 """
 
 from __future__ import annotations

@@ -53,19 +53,23 @@ def _op_mix(mix: dict[str, int]) -> str:
     return " ".join(f"{_OP_SHORT.get(op, op)}×{n}" for op, n in mix.items()) or "-"
 
 
-RANK_COLUMNS = ["rank", "steps", "step ms", "compute", "overlapped", "exposed", "memory", "idle", "overlap"]
+RANK_COLUMNS = ["rank", "steps", "step ms", "compute", "overlapped", "exposed", "· wait", "· transfer", "memory",
+                "idle", "overlap"]
 PG_COLUMNS = ["pg", "desc", "ranks", "dim", "tier", "calls", "bytes/step", "comm ms/step", "exposed ms/step",
               "busbw GB/s", "eff"]
 TOP_COLUMNS = ["pg", "op", "bytes", "calls", "comm ms", "exposed ms", "busbw GB/s", "eff"]
 DIM_TIER_COLUMNS = ["dim", "tier", "groups", "ops/step", "bytes/step", "comm ms/step", "exposed ms/step",
-                    "share of step", "busbw GB/s", "eff"]
+                    "· wait", "· transfer", "share of step", "busbw GB/s", "eff"]
+SKEW_COLUMNS = ["rank", "others wait for it ms/step", "last at", "its own wait ms/step", "longest wait ms", "on"]
+CLOCK_COLUMNS = ["host", "offset µs", "residual µs", "calls used", "fit"]
 DIM_TIER_TITLE = "Communication by dimension and tier (per rank and step; share = exposed / step time)"
 
 
 def rank_rows(report: dict[str, Any]) -> list[list[str]]:
     return [
         [str(r["rank"]), str(r["steps"]), fmt_ms(r["step_ns"]), fmt_ms(r["compute_ns"]),
-         fmt_ms(r["overlapped_comm_ns"]), fmt_ms(r["exposed_comm_ns"]), fmt_ms(r["memory_ns"]),
+         fmt_ms(r["overlapped_comm_ns"]), fmt_ms(r["exposed_comm_ns"]), fmt_ms(r["exposed_wait_ns"]),
+         fmt_ms(r["exposed_transfer_ns"]), fmt_ms(r["memory_ns"]),
          fmt_ms(r["idle_ns"]), fmt_pct(r["overlap_pct"])]
         for r in report["ranks"]
     ]
@@ -91,10 +95,34 @@ def top_rows(report: dict[str, Any]) -> list[list[str]]:
 def dimension_tier_rows(report: dict[str, Any]) -> list[list[str]]:
     return [
         [d["dimension"], d["tier"], str(d["groups"]), f"{d['ops_per_step']:,.1f}", fmt_bytes(d["bytes_per_step"]),
-         fmt_ms(d["comm_ns_per_step"]), fmt_ms(d["exposed_ns_per_step"]), fmt_pct(d["exposed_pct_of_step"]),
+         fmt_ms(d["comm_ns_per_step"]), fmt_ms(d["exposed_ns_per_step"]), fmt_ms(d["exposed_wait_ns_per_step"]),
+         fmt_ms(d["exposed_transfer_ns_per_step"]), fmt_pct(d["exposed_pct_of_step"]),
          fmt_gbps(d["busbw_gbps"]), fmt_eff(d["efficiency"])]
         for d in report.get("dimension_tier") or []
     ]
+
+
+def skew_rows(report: dict[str, Any], top: int = 5) -> list[list[str]]:
+    """The ranks the others wait for most (only those that make anyone wait)."""
+    rows = sorted((s for s in report["skew"]["stragglers"] if (s.get("caused_wait_ns_per_step") or 0) > 0),
+                  key=lambda s: (-s["caused_wait_ns_per_step"], s["rank"]))[:top]
+    return [[str(s["rank"]), fmt_ms(s["caused_wait_ns_per_step"]), f"{s['times_last']} calls",
+             fmt_ms(s["wait_ns_per_step"]), fmt_ms(s["max_wait_ns"]),
+             f"pg {s['max_wait_pg']} {s['max_wait_op']}" if s.get("max_wait_pg") else "-"] for s in rows]
+
+
+def clock_rows(report: dict[str, Any]) -> list[list[str]]:
+    clocks = report["skew"]["host_clocks"]
+    if len(clocks) < 2:
+        return []
+    return [[c["host"], f"{c['offset_ns'] / 1e3:+,.1f}", f"{c['residual_ns'] / 1e3:,.1f}", str(c["calls_used"]),
+             c["fit"]] for c in clocks]
+
+
+def skew_title(report: dict[str, Any]) -> str:
+    how = {"seq": "by (pg, seq)", "order": "by call order per group (no seq in the trace)",
+           "seq and order": "by (pg, seq), else call order"}.get(report["skew"]["match_by"], "")
+    return f"Late ranks: who the others wait for (calls matched {how})"
 
 
 def headline(report: dict[str, Any]) -> str:
@@ -106,7 +134,9 @@ def headline(report: dict[str, Any]) -> str:
         + (f" of {run['world_size']}" if run["world_size"] else "")
         + f"; mean step {fmt_ms(totals['step_ns'])} ms, exposed comm {fmt_ms(totals['exposed_comm_ns'])} ms "
         f"({fmt_pct(totals['exposed_comm_pct_of_step'])} of the step), "
-        f"{fmt_pct(totals['overlap_pct'])} of comm hidden behind compute"
+        f"{fmt_pct(totals['overlap_pct'])} of comm hidden behind compute; of the exposed time "
+        f"{fmt_ms(totals['exposed_wait_ns'])} ms is waiting for late ranks, "
+        f"{fmt_ms(totals['exposed_transfer_ns'])} ms transfer"
         + (" [HTA-compatible rules]" if run["hta_compat"] else "")
     )
 
@@ -118,6 +148,8 @@ def render_text(report: dict[str, Any], console: Console) -> None:
         ("Process groups", PG_COLUMNS, pg_rows(report)),
         (DIM_TIER_TITLE, DIM_TIER_COLUMNS, dimension_tier_rows(report)),
         ("Top collectives by exposed time (all ranks)", TOP_COLUMNS, top_rows(report)),
+        (skew_title(report), SKEW_COLUMNS, skew_rows(report)),
+        ("Host clocks (aligned from matched collectives' end times)", CLOCK_COLUMNS, clock_rows(report)),
     ]
     for title, columns, rows in sections:
         if not rows:
@@ -150,6 +182,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         ("Process groups", PG_COLUMNS, pg_rows(report)),
         (DIM_TIER_TITLE, DIM_TIER_COLUMNS, dimension_tier_rows(report)),
         ("Top collectives by exposed time", TOP_COLUMNS, top_rows(report)),
+        (skew_title(report), SKEW_COLUMNS, skew_rows(report)),
+        ("Host clocks", CLOCK_COLUMNS, clock_rows(report)),
     ]:
         if rows:
             out += [f"## {title}", "", _md_table(columns, rows), ""]

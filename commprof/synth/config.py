@@ -64,10 +64,11 @@ class SynthConfig:
     dp_buckets: int = 4
     fsdp: bool = False  # FSDP-style: all-gather parameters per layer (prefetched one layer ahead)
     straggler: int | None = None
-    straggler_us: float = 300.0
+    straggler_us: float = 1000.0
     slow_link: str | None = None  # a host whose NIC runs at a quarter of its speed
     tp_across_nodes: bool = False
     clock_offsets_us: tuple[float, ...] = ()
+    jitter: float = 0.005  # compute kernels vary by up to ± this fraction, per rank and seed
     kernels_per_phase: int = 1  # split compute phases into this many back-to-back kernels
     epoch_ts: bool = True  # ts in epoch µs (new torch); False: small ts over baseTimeNanoseconds, exact to the ns
     mark_lead_us: float = 30.0  # ProfilerStep#N opens on the CPU this long before the step's GPU work
@@ -89,6 +90,8 @@ class SynthConfig:
                 raise UsageError(f"{name} must be at least 1, not {value}")
         if self.model_size_b <= 0 or self.tokens < 1 or self.gpu_tflops <= 0:
             raise UsageError("--model-size, --tokens and --gpu-tflops must be positive")
+        if not 0 <= self.jitter < 0.5:
+            raise UsageError(f"--jitter must be in [0, 0.5), not {self.jitter}")
         if self.intra not in INTRA_TIERS:
             raise UsageError(f"--intra must be one of {', '.join(INTRA_TIERS)}, not {self.intra!r}")
         if self.network not in NETWORKS:

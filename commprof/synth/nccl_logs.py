@@ -3,8 +3,10 @@ per process, in the line formats of the chosen NCCL version (shared/reference/nc
 
 Every process group gets its own communicator (``ncclCommInitRankConfig``, as torch creates them);
 each member logs init, graph search, rings, trees and the ring connections it makes: P2P (CUMEM from
-2.19, IPC before) between GPUs of one host, NET/IB or NET/Socket to the next host. From 2.22 NCCL
-connects lazily, so the connection lines follow Init COMPLETE. Hosts with NVLink log NVLS support.
+2.19, IPC before) between GPUs of one host, NET/IB or NET/Socket to the next host. NCCL >= 2.22
+connects lazily at the first collective unless ``NCCL_RUNTIME_CONNECT=0``; the synthetic jobs set it
+(the manifest says so), so connections are logged during init, inside the communicator's own
+START..COMPLETE block, in every version. Hosts with NVLink log NVLS support.
 """
 
 from __future__ import annotations
@@ -113,9 +115,7 @@ class LogWriter:
             self.graph(g, i, len(local))
             if i == 0:
                 self.ring_order(g)
-            lazy = self.at_least(2, 22, 0)
-            if not lazy:
-                self.connect(g, i)
+            self.connect(g, i)
             collnet = "0 collnet channels, " if self.at_least(2, 20, 0) else ""
             self.emit(r, f"{CHANNELS * 2} coll channels, {collnet}{16 if nvls else 0} nvls channels, "
                          "32 p2p channels, 32 p2p channels per peer")
@@ -124,8 +124,6 @@ class LogWriter:
                 self.emit(r, f"NVLS comm {self.comm_ptr(g, r)} headRank {local.index(r)} nHeads {len(local)} "
                              f"buffSize 4194304{mem} nvlsPerRankSize 201326592 nvlsTotalSize {201326592 * n}")
             self.done(g, i, nvls)
-            if lazy:
-                self.connect(g, i)
 
     def graph(self, g: Group, i: int, local: int) -> None:
         r = g.ranks[i]

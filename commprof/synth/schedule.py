@@ -20,6 +20,7 @@ A straggler's GPU spends ``straggler_us`` longer on its first forward of every s
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
 
 from commprof.synth.config import SynthConfig
@@ -70,9 +71,11 @@ class _Builder:
         self.prog: list[Instr] = []
         self.seq: dict[str, int] = defaultdict(int)
         self.p2p: dict[tuple[int, int], int] = defaultdict(int)
+        self.rng = random.Random(cfg.seed * 1_000_003 + rank)
 
-    def compute(self, dur: int, name: str) -> None:
-        self.prog.append(Compute(dur, name, self.cfg.kernels_per_phase))
+    def compute(self, dur: int, name: str, extra: int = 0) -> None:
+        jitter = 1 + self.rng.uniform(-self.cfg.jitter, self.cfg.jitter)
+        self.prog.append(Compute(max(1000, round(dur * jitter)) + extra, name, self.cfg.kernels_per_phase))
 
     def coll(self, dim: str, op: str, nbytes: int, blocking: bool = True, stream: int | None = None) -> None:
         g = self.index.of(self.rank, dim)
@@ -109,7 +112,7 @@ def _layer(b: _Builder, layer: int, backward: bool, extra: int = 0) -> None:
             b.coll("dp", "all_gather", m.layer_param_bytes, blocking=False, stream=FSDP_STREAM)
     if cfg.size("cp") > 1:
         b.coll("cp", "reduce_scatter" if backward else "all_gather", 2 * m.act_bytes // cfg.size("tp") * cfg.size("cp"))
-    b.compute(attn + extra, "attention")
+    b.compute(attn, "attention", extra)
     b.coll("tp", "all_reduce", m.act_bytes)
     if cfg.size("ep") > 1:
         b.coll("ep", "all_to_all", m.act_bytes)

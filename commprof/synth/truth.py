@@ -11,13 +11,14 @@ transfer after; when k calls run at once, each gets 1/k of the instant, as for e
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from commprof.synth.config import SynthConfig
-from commprof.synth.engine import Timeline
+from commprof.synth.engine import Placed, Timeline
 from commprof.synth.groups import Group
 from commprof.synth.kineto import mark_bounds, time_base
 
@@ -28,10 +29,10 @@ FINDING_IDS = ("straggler", "tp_across_nodes", "dp_sync_exposed", "slow_link", "
 
 
 def as_read(t: I64, offset: int, base: int = 0) -> I64:
-    """ns as a reader gets them back from the trace's µs floats (same rounding as the writer's)."""
-    # Python's int / int is correctly rounded, as the writer's; numpy would round the int first
-    us = np.array([(x + offset) / 1000 for x in t.tolist()], dtype=np.float64)
-    return np.rint(us * 1000.0).astype(np.int64) + base
+    """ns as a reader gets them back from the trace: the decimal µs the writer printed (Python's
+    shortest repr of (t + offset) / 1000), times 1000, rounded, plus baseTimeNanoseconds."""
+    out = [int((Decimal(repr((x + offset) / 1000)) * 1000).to_integral_value(ROUND_HALF_EVEN)) for x in t.tolist()]
+    return np.array(out, dtype=np.int64) + base
 
 
 def _union(starts: I64, ends: I64) -> tuple[I64, I64]:
@@ -59,10 +60,19 @@ def _active(starts: I64, ends: I64, x: I64) -> I64:
             - np.searchsorted(np.sort(ends), x, side="right")).astype(np.int64)
 
 
+def pieces(a: Placed) -> list[Placed]:
+    """A compute phase as the writer splits it into kernels (each kernel's start is rounded alone)."""
+    if a.pieces <= 1:
+        return [a]
+    span = a.end - a.start
+    edges = [a.start + span * i // a.pieces for i in range(a.pieces + 1)]
+    return [Placed(a.stream, a.kind, a.name, s, e) for s, e in zip(edges[:-1], edges[1:], strict=True)]
+
+
 def rank_truth(cfg: SynthConfig, line: Timeline) -> dict[str, Any]:
     """Mean per-step parts of one rank (and each step's five parts)."""
     offset, base = time_base(cfg, line.rank)
-    acts = line.activities
+    acts = [piece for a in line.activities for piece in pieces(a)]
     start = as_read(np.array([a.start for a in acts], dtype=np.int64), offset, base)
     end = start + np.array([a.end - a.start for a in acts], dtype=np.int64)
     kind = np.array([a.kind for a in acts])

@@ -13,8 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from commprof.synth.config import SynthConfig
 from commprof.synth.engine import Instr, Timeline, simulate
 from commprof.synth.groups import Group, build_groups
@@ -85,7 +83,9 @@ def write_run(out: Path, cfg: SynthConfig, programs: dict[int, list[Instr]], gro
         trace = TraceWriter(cfg, rank, algo_of, _pg_config(groups, rank)).trace(line)
         path = out / "raw" / "traces" / f"rank-{rank}.json.gz"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(gzip.compress(msgspec.json.encode(trace), compresslevel=compresslevel, mtime=0))
+        # stdlib json writes floats that read back exactly; epoch µs need all 17 digits
+        data = json.dumps(trace, separators=(",", ":")).encode()
+        path.write_bytes(gzip.compress(data, compresslevel=compresslevel, mtime=0))
         _write_json(out / "raw" / "ranks" / f"rank-{rank}.json", _sidecar(cfg, groups, rank, line))
     for name, text in LogWriter(cfg, groups).files().items():
         (out / "raw" / "nccl").mkdir(parents=True, exist_ok=True)
@@ -152,7 +152,8 @@ def _manifest(cfg: SynthConfig, lines: dict[int, Timeline], command: list[str] |
                      "launcher_python": sys.version.split()[0]},
         "settings": {"window": {"mode": "steps", "wait": 1, "warmup": 1, "active": cfg.steps},
                      "nccl_coll": False, "synth": settings},
-        "env": {k: {"value": v, "source": "commprof"} for k, v in RECORD_ENV.items()},
+        "env": {**{k: {"value": v, "source": "commprof"} for k, v in RECORD_ENV.items()},
+                "NCCL_RUNTIME_CONNECT": {"value": "0", "source": "user"}},
         "notes": ["synthetic run: written by `commprof synth`, not recorded on a cluster; "
                   "truth.json holds the answers by construction"],
     }

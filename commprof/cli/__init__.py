@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "ingest": "commprof.cli.ingest:ingest",
     "record": "commprof.cli.record:record",
     "topology": "commprof.cli.topology:topology",
+    "synth": "commprof.cli.synth:synth",
 }
 
 

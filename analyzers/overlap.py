@@ -245,9 +245,14 @@ def _collective_shares(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Each collective's share of overlapped and exposed time: an instant where k comm intervals run
     counts 1/k for each, so per-group and per-dimension totals add up to the rank's totals. Collectives
-    are cut at step bounds first, so a collective spanning two steps counts in both. A collective's
-    exposed instants before ``start + wait_ns`` (the ``wait_ns`` column, when present) are its exposed
-    wait."""
+    are cut at step bounds first, so a collective spanning two steps counts in both.
+
+    Exposed wait: a call that waited ``wait_ns`` for a later rank (the ``wait_ns`` column, when present)
+    ends that much later than it would have; the exposed time it would not have had is its exposed wait,
+    ``min(exposed, wait)``, the rest is exposed transfer. (Counting only the exposed instants before the
+    last arrival would call it transfer when the wait itself was hidden behind compute and the delay
+    surfaces at the call's end.) A call cut into several steps shares it in proportion to its exposed
+    time in each."""
     n = len(collectives)
     cs = collectives["start_ns"].to_numpy().astype(np.int64)
     ce = collectives["end_ns"].to_numpy().astype(np.int64)
@@ -269,11 +274,10 @@ def _collective_shares(
     win = np.repeat(first, npieces) + (np.arange(owner.size) - np.repeat(np.cumsum(npieces) - npieces, npieces))
     ps = np.maximum(s[owner], bounds[win])
     pe = np.minimum(e[owner], bounds[win + 1])
-    wait = collectives["wait_ns"].fill_null(0).to_numpy().astype(np.int64) if "wait_ns" in collectives.columns \
-        else np.zeros(n, np.int64)
-    pw = np.clip(cs[owner] + wait[owner], ps, pe)  # each piece's wait ends here
+    wait = collectives["wait_ns"].fill_null(0).to_numpy().astype(np.float64) if "wait_ns" in collectives.columns \
+        else np.zeros(n, np.float64)
     compute = iv.clip(compute, int(lo), int(hi))
-    pts = iv.sorted_unique(np.concatenate([ps, pe, pw, compute[0], compute[1]]))
+    pts = iv.sorted_unique(np.concatenate([ps, pe, compute[0], compute[1]]))
     active = np.zeros(pts.size, dtype=np.int64)
     np.add.at(active, np.searchsorted(pts, ps), 1)
     np.add.at(active, np.searchsorted(pts, pe), -1)
@@ -285,12 +289,14 @@ def _collective_shares(
     cum_exp = np.concatenate([[0.0], np.cumsum(np.where(in_c, 0.0, share))])
     i0, i1 = np.searchsorted(pts, ps), np.searchsorted(pts, pe)
     piece_ovl, piece_exp = cum_ovl[i1] - cum_ovl[i0], cum_exp[i1] - cum_exp[i0]
-    piece_wait = cum_exp[np.searchsorted(pts, pw)] - cum_exp[i0]
+    call_exp = np.bincount(owner, weights=piece_exp, minlength=n)
+    wait_share = np.divide(np.minimum(call_exp, wait), call_exp, out=np.zeros(n), where=call_exp > 0)
+    piece_wait = piece_exp * wait_share[owner] if owner.size else piece_exp
     start_step = np.where((cs >= lo) & (cs < hi), step_ids[first], -1)
     out = collectives.with_columns(
         pl.Series("step", start_step).replace(-1, None).cast(pl.Int64),
         pl.Series("overlapped_ns", np.bincount(owner, weights=piece_ovl, minlength=n)),
-        pl.Series("exposed_ns", np.bincount(owner, weights=piece_exp, minlength=n)),
+        pl.Series("exposed_ns", call_exp),
         pl.Series("exposed_wait_ns", np.bincount(owner, weights=piece_wait, minlength=n)),
     )
     pieces = pl.DataFrame(

@@ -12,6 +12,8 @@ each rank arrived, and how much of each call was waiting for a later rank versus
 * **Wait and transfer.** On aligned clocks: arrival skew = latest start - earliest start; a rank's wait
   = latest start - its start (capped at its call's duration); transfer = the rest of the call. A call
   seen on one rank only cannot be matched: all of it counts as transfer, and the count is reported.
+  Of a call's exposed time, ``min(exposed, wait)`` is exposed wait (see analyzers/overlap.py: the time
+  the call would not have been exposed had nobody been late), the rest exposed transfer.
 """
 
 from __future__ import annotations

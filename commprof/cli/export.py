@@ -25,7 +25,7 @@ def export(path: str, perfetto_path: Path, split_dir: Path | None, jobs: int | N
     from commprof.ingest.exports import split_by_rank
 
     run = open_run_with_progress(path, jobs)
-    trace = perfetto.build(run, commprof.analyze(run))
+    trace = perfetto.build(commprof.analyze(run))
     try:
         perfetto.write(trace, perfetto_path)
         if split_dir is not None:

@@ -41,7 +41,6 @@ from commprof.ingest.exports import FORMAT, VERSION, distributed_info
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis
-    from commprof.run import Run
 
 TID_STEPS, TID_COMPUTE, TID_MEMORY, TID_EXPOSED, TID_FIRST_LANE = 1, 2, 3, 4, 10
 
@@ -179,24 +178,26 @@ def _counters(rank: _Rank, steps: pl.DataFrame) -> None:
                             "ts": rank.clock.ts(last_end), "args": {"exposed_ms": 0.0, "overlapped_ms": 0.0}})
 
 
-def _earliest(run: Run, analysis: Analysis) -> int:
+def _earliest(analysis: Analysis) -> int:
     starts = [int(v) for v in (analysis.steps["start_ns"].min(), analysis.collectives["start_ns"].min()
                                if analysis.collectives.height else None) if v is not None]
-    for _, frame in run.rank_tables("intervals"):
+    for _, frame in analysis.tables.rank_intervals():
         if frame.height:
             starts.append(int(frame["start_ns"].min()))  # type: ignore[arg-type]
     return min(starts) if starts else 0
 
 
-def build(run: Run, analysis: Analysis) -> dict[str, Any]:
-    t0 = _earliest(run, analysis)
+def build(analysis: Analysis) -> dict[str, Any]:
+    """The annotated trace of an analysed run: every number in it comes from the analysis."""
+    t0 = _earliest(analysis)
     clock = _Clock(t0)
-    hosts = dict(zip(run.ranks["rank"].to_list(), run.ranks["host"].to_list(), strict=True))
+    ranks = analysis.ranks
+    hosts = dict(zip(ranks["rank"].to_list(), ranks["host"].to_list(), strict=True))
     events: list[dict[str, Any]] = []
     colls = analysis.collectives
-    for rf, intervals in run.rank_tables("intervals"):
-        rank = _Rank(rf.rank, clock, hosts.get(rf.rank))
-        steps = analysis.steps.filter(pl.col("rank") == rf.rank).sort("start_ns")
+    for rank_id, intervals in analysis.tables.rank_intervals():
+        rank = _Rank(rank_id, clock, hosts.get(rank_id))
+        steps = analysis.steps.filter(pl.col("rank") == rank_id).sort("start_ns")
         rank.thread("steps", TID_STEPS)
         for s in steps.iter_rows(named=True):
             rank.x(TID_STEPS, f"ProfilerStep#{s['step']}", "user_annotation", s["start_ns"], s["end_ns"],
@@ -206,13 +207,13 @@ def build(run: Run, analysis: Analysis) -> dict[str, Any]:
         ends = intervals["end_ns"].to_numpy().astype(np.int64)
         compute = effective_compute(intervals, kind, starts, ends)
         memory = iv.union(starts[kind == "memory"], ends[kind == "memory"])
-        mine = colls.filter(pl.col("rank") == rf.rank) if colls.height else colls
-        comm = iv.union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy()) if mine.height else iv.EMPTY
+        mine = colls.filter(pl.col("rank") == rank_id) if colls.height else colls
+        spans = analysis.exposed_spans.filter(pl.col("rank") == rank_id).sort("start_ns")
+        exposed = (spans["start_ns"].to_numpy().astype(np.int64), spans["end_ns"].to_numpy().astype(np.int64))
         rank.union_track(rank.thread("compute (busy)", TID_COMPUTE), "compute", "kernel", compute, {})
         if memory[0].size:
             rank.union_track(rank.thread("memory (busy)", TID_MEMORY), "Memcpy (busy)", "gpu_memcpy", memory, {})
-        rank.union_track(rank.thread("exposed comm", TID_EXPOSED), "exposed comm", "commprof.exposed",
-                         iv.subtract(comm, compute), {})
+        rank.union_track(rank.thread("exposed comm", TID_EXPOSED), "exposed comm", "commprof.exposed", exposed, {})
         rank.lanes([(r["start_ns"], r["end_ns"], f"comm: {r['lane']}", r) for r in mine.iter_rows(named=True)],
                    None, _collective_event)
         context = intervals.filter(pl.col("kind") != "comm")
@@ -221,23 +222,23 @@ def build(run: Run, analysis: Analysis) -> dict[str, Any]:
         _counters(rank, steps)
         events.extend(rank.events)
     trace: dict[str, Any] = {
-        "traceName": f"commprof export of {run.path}",
+        "traceName": f"commprof export of {analysis.facts.path}",
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": t0,
-        "commprof": {"format": FORMAT, "version": VERSION, "ranks": run.ranks["rank"].to_list(),
-                     "world_size": run.world_size, "process_groups": _pg_config(run)},
+        "commprof": {"format": FORMAT, "version": VERSION, "ranks": ranks["rank"].to_list(),
+                     "world_size": analysis.facts.world_size, "process_groups": _pg_config(analysis)},
         "traceEvents": events,
     }
-    if len(run.rank_files) == 1:
-        trace["distributedInfo"] = distributed_info(trace, run.rank_files[0].rank)
+    if ranks.height == 1:
+        trace["distributedInfo"] = distributed_info(trace, int(ranks["rank"][0]))
     return trace
 
 
-def _pg_config(run: Run) -> list[dict[str, Any]]:
+def _pg_config(analysis: Analysis) -> list[dict[str, Any]]:
     return [
         {"pg_name": g["pg"], "pg_desc": g["desc"] or "", "backend_config": g["backend"] or "",
          "pg_size": g["size"] or 0, "ranks": g["ranks"] or []}
-        for g in run.process_groups.iter_rows(named=True)
+        for g in analysis.tables.process_groups.iter_rows(named=True)
     ]
 
 

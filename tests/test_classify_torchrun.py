@@ -3,8 +3,6 @@ DeviceMesh dp=2 × tp=2 (tests/record_scripts/mesh_tp_dp.py)."""
 
 from __future__ import annotations
 
-import commprof
-
 import os
 import subprocess
 import sys
@@ -13,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+import commprof
 from commprof.analyzers.classify import classify_dimensions, parse_layout
 from commprof.analyzers.pipeline import AnalysisSettings
 from commprof.run import Run, open_run

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import commprof
-
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +10,7 @@ import pytest
 from classify_helpers import GroupSpec, RankSpec, write_run
 from click.testing import Result
 
+import commprof
 from commprof.analyzers.efficiency import gpu_peaks, parse_peaks, peak_gbps
 from commprof.analyzers.pipeline import AnalysisSettings
 from commprof.errors import UsageError

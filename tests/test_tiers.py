@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import commprof
-
 from pathlib import Path
 
 import polars as pl
 import pytest
 from classify_helpers import GroupSpec, RankSpec, write_run
 
+import commprof
 from commprof.analyzers.group_tiers import TierSettings, match_communicators
-from commprof.ingest.topology import CommInfo, parse_smi_topo
 from commprof.analyzers.pipeline import AnalysisSettings
 from commprof.errors import UsageError
+from commprof.ingest.topology import CommInfo, parse_smi_topo
 from commprof.run import open_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"

@@ -183,7 +183,7 @@ def _earliest(analysis: Analysis) -> int:
                                if analysis.collectives.height else None) if v is not None]
     for _, frame in analysis.tables.rank_intervals():
         if frame.height:
-            starts.append(int(frame["start_ns"].min()))  # type: ignore[arg-type]
+            starts.append(int(frame["start_ns"].min()))
     return min(starts) if starts else 0
 
 

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record
+.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record bench-synth
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ bench-record: $(STAMP)
 
 bench-nccl: $(STAMP)  # NCCL log parse speed on a generated ~1 GB log (BENCH_NCCL_ARGS="--size-mb 100 --base /tmp/base")
 	$(BIN)/python bench/bench_nccl.py $(BENCH_NCCL_ARGS)
+
+bench-synth: $(STAMP)  # 64-rank synthetic run, ~50 MB/rank: generate + analyze, vs HTA (BENCH_SYNTH_ARGS="--mb-per-rank 5")
+	$(BIN)/python bench/bench_synth.py $(BENCH_SYNTH_ARGS)
 
 clean:
 	rm -rf $(VENV) .bench-venv .pytest_cache .mypy_cache .ruff_cache

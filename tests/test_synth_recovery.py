@@ -74,7 +74,8 @@ def test_straggler_is_named(run: tuple[Path, dict[str, Any], dict[str, Any]]) ->
     if truth["straggler"] is None:
         pytest.skip("no straggler in this case")
     exposed = {r["rank"]: r["exposed_comm_ns"] for r in report["ranks"]}
-    inner = next(d for d in ("tp", "cp", "ep", "dp", "pp") if any(p["dimension"] == d for p in report["process_groups"]))
+    dims = {p["dimension"] for p in report["process_groups"]}
+    inner = next(d for d in ("tp", "cp", "ep", "dp", "pp") if d in dims)
     groups = [p["ranks"] for p in report["process_groups"] if p["dimension"] == inner]
 
     def peers_extra(rank: int) -> float:

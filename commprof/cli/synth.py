@@ -41,7 +41,8 @@ def _offsets(text: str | None) -> tuple[float, ...]:
 @click.option("--steps", default=4, show_default=True, help="profiled steps (ProfilerStep#0..N-1)")
 @click.option("--micro-batches", default=4, show_default=True, help="micro-batches per step (1F1B when pp > 1)")
 @click.option("--layers", default=4, show_default=True, help="transformer layers per pipeline stage")
-@click.option("--model-size", default=7.0, show_default=True, help="parameters in billions (sets compute and message sizes)")
+@click.option("--model-size", default=7.0, show_default=True,
+              help="parameters in billions (sets compute and message sizes)")
 @click.option("--tokens", default=4096, show_default=True, help="tokens per micro-batch")
 @click.option("--gpu-tflops", default=400.0, show_default=True, help="achieved TFLOP/s per GPU")
 @click.option("--intra", type=click.Choice(["nvlink", "pcie"]), default="nvlink", show_default=True,
@@ -58,11 +59,13 @@ def _offsets(text: str | None) -> tuple[float, ...]:
 @click.option("--straggler", metavar="RANK[:+US]", help="this rank's GPU is US µs (default 1000) slower every step")
 @click.option("--slow-link", metavar="HOST", help="this host's NICs run at a quarter of their speed")
 @click.option("--tp-across-nodes", is_flag=True, help="bad placement: ranks dealt round-robin over hosts")
-@click.option("--clock-offset-us", metavar="US[,US...]", help="host clocks: one value (host h is off by h×US) or one per host")
+@click.option("--clock-offset-us", metavar="US[,US...]",
+              help="host clocks: one value (host h is off by h×US) or one per host")
 @click.option("--group-names", type=click.Choice(["megatron", "mesh"]), default="megatron", show_default=True,
               help="process group descriptions: Megatron-Core *_GROUP or DeviceMesh mesh_<dim>")
 @click.option("--jitter", default=0.005, show_default=True, help="compute kernels vary by up to ± this fraction")
-@click.option("--kernels-per-phase", default=1, show_default=True, help="split each compute phase into N kernels (bigger traces)")
+@click.option("--kernels-per-phase", default=1, show_default=True,
+              help="split each compute phase into N kernels (bigger traces)")
 @click.option("--seed", default=0, show_default=True, help="same seed, same run")
 @click.option("--force", is_flag=True, help="replace OUT if it exists")
 def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, micro_batches: int, layers: int,

@@ -99,7 +99,7 @@ def rank_truth(cfg: SynthConfig, line: Timeline) -> dict[str, Any]:
 
     def total(mask: npt.NDArray[np.bool_], weight: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
         w = seg * (weight if weight is not None else 1.0)
-        return np.bincount(win[ok & mask], weights=w[ok & mask], minlength=n)
+        return np.bincount(win[ok & mask], weights=w[ok & mask], minlength=n).astype(np.float64)
 
     exposed = in_m & ~in_c
     share = np.where(waiting + moving > 0, waiting / np.maximum(waiting + moving, 1), 0.0)
@@ -111,7 +111,7 @@ def rank_truth(cfg: SynthConfig, line: Timeline) -> dict[str, Any]:
     parts["exposed_transfer_ns"] = parts["exposed_comm_ns"] - parts["exposed_wait_ns"]
     own_wait = (late - start)[comm]
     call_win = np.clip(np.searchsorted(bounds, start[comm], side="right") - 1, 0, n - 1)
-    parts["wait_ns"] = np.bincount(call_win, weights=own_wait.astype(np.float64), minlength=n)
+    parts["wait_ns"] = np.bincount(call_win, weights=own_wait.astype(np.float64), minlength=n).astype(np.float64)
     out: dict[str, Any] = {"rank": line.rank, "host": cfg.host(line.rank), "steps": n,
                            "step_ns": float(duration.mean())}
     out.update({k: float(v.mean()) for k, v in parts.items()})

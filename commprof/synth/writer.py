@@ -53,8 +53,9 @@ def smi_topo(cfg: SynthConfig) -> str:
 def topology_capture(cfg: SynthConfig, host: str) -> dict[str, Any]:
     info: dict[str, Any] = {"host": host, "captured_at": _iso(EPOCH_NS - 60 * 10**9),
                             "nvidia_smi_topo": smi_topo(cfg),
-                            "gpus": [{"index": str(i), "name": cfg.gpu_name, "pci_bus_id": f"00000000:{0x18 + 2 * i:02X}:00.0",
-                                      "memory_mib": "81559"} for i in range(cfg.gpus_per_node)]}
+                            "gpus": [{"index": str(i), "name": cfg.gpu_name, "memory_mib": "81559",
+                                      "pci_bus_id": f"00000000:{0x18 + 2 * i:02X}:00.0"}
+                                     for i in range(cfg.gpus_per_node)]}
     if cfg.network in ("ib", "roce"):
         gbps = NIC_MBPS[cfg.network] // 1000 // (4 if host == cfg.slow_link else 1)
         layer = "InfiniBand" if cfg.network == "ib" else "Ethernet"

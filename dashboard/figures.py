@@ -192,7 +192,8 @@ def topology_figure(ranks: pl.DataFrame, links: pl.DataFrame) -> go.Figure:
                       line={"color": "#888", "dash": "dot"}, layer="below")
         fig.add_annotation(x=cx, y=cy + 1.4, text=host, showarrow=False, yanchor="bottom")
     if links.height and set(links["tier"].to_list()) == {UNKNOWN}:
-        fig.add_annotation(text="link tiers not classified yet", showarrow=False, xref="paper", yref="paper",
+        fig.add_annotation(text="every link tier is unknown: pass --network ib|roce|ethernet or record NCCL logs",
+                           showarrow=False, xref="paper", yref="paper",
                            x=0.5, y=1.0, yanchor="bottom")
     side = max(420, 150 * math.ceil(math.sqrt(len(centres))) + 120)
     fig.update_layout(title="Ranks by node; a link per pair of ranks in a group (ring per group)", height=side,

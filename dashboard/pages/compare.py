@@ -50,8 +50,8 @@ def register(app: Dash, cache: RunCache) -> None:
                  "delta_ms": round(r["delta_ns"] / 1e6, 4),
                  "delta_pct": None if r["delta_pct"] is None else round(r["delta_pct"], 1)}
                 for r in deltas.iter_rows(named=True)]
-        note = "B − A; exposed comm by dimension/tier shows 'unknown' until classification lands." if any(
-            "unknown" in r["metric"] for r in rows) else "B − A."
+        note = ("B − A; 'unknown' rows are groups whose dimension or tier nothing decided: analyze with --layout "
+                "or --network to classify them.") if any("unknown" in r["metric"] for r in rows) else "B − A."
         return figures.compare_figure(deltas, a, b), rows, note
 
 

@@ -94,7 +94,7 @@ def test_efficiency_of_collectives_groups_and_dimension_tier(tmp_path: Path) -> 
     assert all("efficiency" in c for c in report["collectives_summary"] + report["top_collectives"])
     markdown = analysis_text.render_markdown(report)
     assert "## Communication by dimension and tier" in markdown
-    assert "| dp | ib | 2 | 1.0 | 8.0 MB | 0.40 | 0.40 | 20.0% | 20.00 | 40% |" in markdown
+    assert "| dp | ib | 2 | 1.0 | 8.0 MB | 0.40 | 0.40 | 0.00 | 0.40 | 20.0% | 20.00 | 40% |" in markdown
 
 
 def test_no_peak_no_efficiency(tmp_path: Path) -> None:

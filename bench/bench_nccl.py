@@ -4,7 +4,8 @@ against a baseline checkout, in the same script so both share the machine's nois
 The log (16 nodes x 8 GPUs, NCCL 2.26, COLL lines, one file per process; see
 tests/fixtures/nccl/gen_128rank.py) is generated into a temp folder, about ``--size-mb`` MB. Each
 tool runs in its own fresh interpreter, ``--repeat`` times, interleaved (base, new, base, ...);
-medians are reported. The baseline is any checkout of the repository (``git worktree add /tmp/base
+medians of wall time and of process CPU time are reported (CPU time is the steadier of the two
+when other work shares the machine). The baseline is any checkout of the repository (``git worktree add /tmp/base
 HEAD``); without ``--base`` only this checkout is timed. A report, not a test: exit status 0.
 
     python bench/bench_nccl.py [--size-mb 1024] [--repeat 1] [--base /tmp/base] [--keep DIR]
@@ -32,12 +33,15 @@ t0 = time.perf_counter()
 from commprof.ingest.nccl import build_tables, parse_nccl_logs
 t1 = time.perf_counter()
 paths = sorted(Path(sys.argv[1]).iterdir())
+c1 = time.process_time()
 logs = parse_nccl_logs(paths)
 t2 = time.perf_counter()
+c2 = time.process_time()
 tables = build_tables(logs)
 t3 = time.perf_counter()
 import commprof
-print(json.dumps({"where": commprof.__file__, "import_s": t1 - t0, "parse_s": t2 - t1, "tables_s": t3 - t2,
+print(json.dumps({"where": commprof.__file__, "import_s": t1 - t0, "parse_s": t2 - t1, "parse_cpu_s": c2 - c1,
+                  "tables_s": t3 - t2,
                   "lines": logs.stats.lines_total, "comms": tables.nccl_communicators.height,
                   "colls": tables.nccl_colls.height}))
 """
@@ -79,18 +83,22 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeat):
             for name in sorted(checkouts):  # base first, then new
                 runs[name].append(run_child(checkouts[name], folder))
-        rates = {}
+        rates, cpu_rates = {}, {}
         for name, results in runs.items():
             parse = statistics.median(r["parse_s"] for r in results)
             tables = statistics.median(r["tables_s"] for r in results)
+            cpu = statistics.median(r["parse_cpu_s"] for r in results)
+            cpu_rates[name] = results[0]["lines"] / cpu
             lines = results[0]["lines"]
             rates[name] = lines / parse
             where = Path(results[0]["where"]).parents[1]
             print(f"{name:>4} ({where}): {lines} lines, parse {parse:.2f} s = {lines / parse:,.0f} lines/s "
                   f"({size / 1e6 / parse:.0f} MB/s), tables {tables:.2f} s; "
-                  f"{results[0]['comms']} communicators, {results[0]['colls']} COLL rows")
+                  f"{results[0]['comms']} communicators, {results[0]['colls']} COLL rows; "
+                  f"parse CPU {cpu:.2f} s = {lines / cpu:,.0f} lines per CPU-second")
         if "base" in rates:
-            print(f"new / base parse speed: {rates['new'] / rates['base']:.3f}")
+            print(f"new / base parse speed: {rates['new'] / rates['base']:.3f} wall, "
+                  f"{cpu_rates['new'] / cpu_rates['base']:.3f} CPU (CPU time is steadier on a shared machine)")
     return 0
 
 

@@ -131,6 +131,7 @@ LINK = A + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM"
           A + "+ PCI[24.0] - GPU/0-2000 (1)"), "pcie", "topology", "PCI links only"),
         (("GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)",), "nvlink", "gpu_model", "A100-SXM4-80GB"),
         (("GPU 0: NVIDIA L40S (UUID: GPU-1)",), "pcie", "gpu_model", "PCIe card"),
+        (("|   0  NVIDIA A100-SXM4-80GB     On  | 00000000:07:00.0 Off |",), "nvlink", "gpu_model", "SXM4-80GB is"),
         (("#  Rank  0 Group  0 Pid  100 on gpu1 device  0 [0x01] NVIDIA H100 PCIe",), "pcie", "gpu_model", "on gpu1"),
         (("GPU 0: NVIDIA RTX A6000 (UUID: GPU-1)",), "p2p", "undecided", "GPU model"),  # optional bridge
     ],

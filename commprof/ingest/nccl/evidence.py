@@ -36,7 +36,10 @@ NVLINK_MODEL = re.compile(r"SXM|HGX|\bH100 80GB HBM3\b|\bH100 SXM|\bH200\b(?! NV
                           r"\bB[12]00\b|\bH20\b|\bH800\b(?! PCIe)|\bA800-SXM|\bDGX\b", re.IGNORECASE)
 PCIE_MODEL = re.compile(r"PCIe|GeForce|\bRTX [2-5]0[5-9]0|\bL4\b|\bL40S?\b|\bT4\b|\bA10G?\b|\bA2\b|\bA16\b|"
                         r"\bRTX (?:PRO )?[456]000 Ada\b", re.IGNORECASE)
-GPU_NAME = re.compile(r"(?:NVIDIA|Tesla|GeForce|Quadro)[ -][\w .()+-]*?(?=\s*(?:\(UUID|\[|,|$))")
+# a GPU name ends at "(UUID", "[", ",", "|" (an nvidia-smi table cell) or the end of the line; in a
+# table cell, a run of spaces separates it from the next field ("NVIDIA A100-SXM4-80GB     On  |")
+GPU_NAME = re.compile(r"(?:NVIDIA|Tesla|GeForce|Quadro)(?!-SMI)[ -][\w.()+-]+(?: [\w.()+-]+)*"
+                      r"(?=\s*(?:\(UUID|\[|,|\||$)|\s{2})")
 
 
 def gpu_verdict(model: str) -> str | None:

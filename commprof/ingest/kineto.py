@@ -17,7 +17,7 @@ from commprof.ingest import names
 from commprof.ingest.decode import NULL, Args, Event, decode_args, decode_correlation
 from commprof.ingest.exact_time import base_ns as exact_base_ns
 from commprof.ingest.exact_time import to_ns
-from commprof.ingest.kineto_comm import CallOps, as_int, comm_fields, process_groups
+from commprof.ingest.kineto_comm import COMM_FIELDS, CallOps, as_int, comm_fields, process_groups
 from commprof.ingest.kineto_cpu import cpu_tables
 from commprof.ingest.schema import COLLECTIVES, INTERVALS, STEP_MARKS
 from commprof.ingest.stream import stream_events
@@ -77,6 +77,26 @@ _SKIP, _DEVICE, _MEMORY, _CPU, _RUNTIME = 0, 1, 2, 3, 4
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "xpu_runtime", "privateuse1_runtime"})
 
 
+_PLAIN, _COMM_OP, _PARAM_COMMS, _STEP = 0, 1, 2, 3
+
+
+def _cpu_role(name: str) -> int:
+    """What a CPU op is to the pass (cached per name: op names repeat by the thousand)."""
+    if name.startswith(names.COMM_OP_PREFIXES):
+        return _COMM_OP
+    if name == "record_param_comms":
+        return _PARAM_COMMS
+    return _STEP if name.startswith("ProfilerStep#") else _PLAIN
+
+
+def _is_launch(name: Any) -> bool:
+    """Runtime calls that put work on a device (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch,
+    hipModuleLaunchKernel, cudaMemcpyAsync, cudaMemsetAsync, ...): only these carry a kernel's launch,
+    so only their args are read (the others, syncs and event records, are half of all runtime calls)."""
+    low = str(name).lower()
+    return "launch" in low or "memcpy" in low or "memset" in low
+
+
 def _category(cat: str) -> int:
     low = cat.lower()
     if low in names.MEMORY_CATEGORIES:
@@ -106,13 +126,15 @@ class _Pass:
     lanes: dict[tuple[Any, Any], str] = field(default_factory=dict)
     categories: dict[str, int] = field(default_factory=dict)
     kernel_kinds: dict[str, str] = field(default_factory=dict)  # kernel name -> compute | comm | memory
+    launch_names: dict[Any, bool] = field(default_factory=dict)  # runtime call name -> does it launch work
+    cpu_roles: dict[str, int] = field(default_factory=dict)  # CPU op name -> _PLAIN, _COMM_OP, ...
     unclassified: set[str] = field(default_factory=set)  # kernel names that read like comm, taken as compute
     bad: Counter[str] = field(default_factory=Counter)  # what the skipped device events were
 
     def add(self, events: list[Event]) -> None:
         categories, category = self.categories, _category
         dev_rows, cpu_rows, kernel_kinds = self.dev_rows, self.cpu_rows, self.kernel_kinds
-        comm_op = names.COMM_OP_PREFIXES
+        cpu_roles, launch_names = self.cpu_roles, self.launch_names
         for ev in events:
             if ev.ph != "X":
                 if ev.ph == "M":
@@ -123,22 +145,31 @@ class _Pass:
                 kind = categories[ev.cat] = category(ev.cat)
             if kind == _CPU:
                 name = ev.name if type(ev.name) is str else str(ev.name)
-                if name.startswith(comm_op):
+                role = cpu_roles.get(name)
+                if role is None:
+                    role = cpu_roles[name] = _cpu_role(name)
+                if role == _PLAIN:
+                    pass
+                elif role == _COMM_OP:
                     args = decode_args(ev.args)
                     if args is not None:
                         self.cpu_comm_args[len(cpu_rows)] = _own_raw(args)
-                elif name == "record_param_comms":
+                elif role == _PARAM_COMMS:
                     args = decode_args(ev.args)
                     ext = as_int(args.external_id) if args is not None else None
                     if args is not None and ext is not None:
                         self.comm_args_by_external_id[ext] = _strip_raw(args)
-                elif name.startswith("ProfilerStep#"):
+                else:
                     self.step_rows.append(len(cpu_rows))
                 cpu_rows.append((ev.pid, ev.tid, name, ev.cat, ev.ts, ev.dur))
             elif kind == _RUNTIME:
-                corr = decode_correlation(ev.args)
-                if corr is not None and ev.ts is not None:
-                    self.launches.append((corr, ev.ts, ev.tid))
+                launches = launch_names.get(ev.name)
+                if launches is None:
+                    launches = launch_names[ev.name] = _is_launch(ev.name)
+                if launches:
+                    corr = decode_correlation(ev.args)
+                    if corr is not None and ev.ts is not None:
+                        self.launches.append((corr, ev.ts, ev.tid))
             elif kind != _SKIP:
                 args = decode_args(ev.args)
                 if ev.ts is None or ev.dur is None or args is None or args.stream is None:
@@ -282,8 +313,9 @@ def _launch_times(scan: _Pass, base_ns: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique correlations of the runtime calls and each one's earliest call time (ns)."""
     if not scan.launches:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    corr = np.fromiter((c for c, _, _ in scan.launches), dtype=np.int64, count=len(scan.launches))
-    ts, ok = to_ns([t for _, t, _ in scan.launches])
+    corr_l, ts_l, _ = zip(*scan.launches, strict=True)
+    corr = np.array(corr_l, dtype=np.int64)
+    ts, ok = to_ns(ts_l)
     corr, ts = corr[ok], ts[ok] + base_ns
     order = np.lexsort((ts, corr))
     corr, ts = corr[order], ts[order]
@@ -310,8 +342,10 @@ def _gpu_tables(
     valid = start_ok & dur_ok
     start += base_ns
     end = start + dur_ns
-    correlation = np.fromiter((c if type(c) is int else (as_int(c) if c is not None else -1) for c in corr),
-                              dtype=np.int64, count=len(corr))
+    try:
+        correlation = pl.Series(corr, dtype=pl.Int64).fill_null(-1).to_numpy()
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):  # floats or text: rare writers
+        correlation = np.array([-1 if as_int(c) is None else as_int(c) for c in corr], dtype=np.int64)
     launched, launch_ns = _launches_of(scan, base_ns, correlation)
     intervals = pl.DataFrame(
         {
@@ -321,7 +355,7 @@ def _gpu_tables(
             "kind": kind,
             "start_ns": start,
             "end_ns": end,
-            "correlation": pl.Series(correlation).replace(-1, None),
+            "correlation": pl.Series(correlation).set(pl.Series(correlation < 0), None),
             "launch_ns": pl.Series(launch_ns).set(pl.Series(~launched), None),  # null: no launch in the trace
         },
         schema=INTERVALS,
@@ -349,31 +383,28 @@ def _gpu_collectives(
     valid: np.ndarray, launched: np.ndarray, launch_ns: np.ndarray, correlation: np.ndarray,
     dev_name: list[str], dev_lane: list[str],
 ) -> pl.DataFrame:
-    out: dict[str, list[Any]] = {key: [] for key in COLLECTIVES}
-    ambiguous: list[int] = []  # rows of out whose op the kernel name leaves open
-    rows: list[int] = []
-    pre_window = no_args = 0
-    for i, args in scan.dev_comm_args.items():
-        if not valid[i]:
-            continue
+    idx = np.fromiter(scan.dev_comm_args.keys(), dtype=np.int64, count=len(scan.dev_comm_args))
+    idx = idx[valid[idx]]
+    rows = idx.tolist()
+    cols: dict[str, list[Any]] = {key: [] for key in COMM_FIELDS}
+    ambiguous: list[int] = []  # positions whose op the kernel name leaves open
+    by_ext = scan.comm_args_by_external_id
+    for k, i in enumerate(rows):
+        args = scan.dev_comm_args[i]
         ext = as_int(args.external_id)
-        fields = comm_fields(args, scan.comm_args_by_external_id.get(ext) if ext is not None else None)
-        name = dev_name[i]
-        op = names.normalize_op(fields["op"]) if fields["op"] else names.kernel_op(name)
-        if fields["op"] is None and op in ("send_recv", "unknown"):
-            ambiguous.append(len(rows))
-        if fields["pg"] is None and fields["bytes"] is None:
-            if launched[i]:
-                no_args += 1
-            else:
-                pre_window += 1
-        row = {**fields, "rank": rank, "op": op, "name": name, "start_ns": int(start[i]), "end_ns": int(end[i]),
-               "lane": dev_lane[i], "launch_ns": int(launch_ns[i]) if launched[i] else None}
-        for key, values in out.items():
-            values.append(row.get(key))
-        rows.append(i)
+        fields = comm_fields(args, by_ext.get(ext) if ext is not None else None)
+        named = fields["op"]
+        fields["op"] = names.normalize_op(named) if named else names.kernel_op(dev_name[i])
+        if named is None and fields["op"] in ("send_recv", "unknown"):
+            ambiguous.append(k)
+        for key, values in cols.items():
+            values.append(fields[key])
     if ambiguous:
-        _name_ambiguous(scan, out["op"], [rows[k] for k in ambiguous], ambiguous, correlation, start)
+        _name_ambiguous(scan, cols["op"], [rows[k] for k in ambiguous], ambiguous, correlation, start)
+    unknown = np.array([pg is None and size is None for pg, size in zip(cols["pg"], cols["bytes"], strict=True)],
+                       dtype=np.bool_)
+    pre_window = int((unknown & ~launched[idx]).sum())
+    no_args = int((unknown & launched[idx]).sum())
     if pre_window:
         warnings.append(
             f"{label}: {pre_window} communication kernels have no launch in the trace (launched before the "
@@ -383,7 +414,16 @@ def _gpu_collectives(
         warnings.append(
             f"{label}: {no_args} communication kernels carry no collective arguments (no record_param_comms: "
             "older PyTorch or another library): their process group and size are unknown (left empty, not 0)")
-    return pl.DataFrame(out, schema=COLLECTIVES)
+    frame = {
+        **cols,
+        "rank": np.full(idx.size, rank, dtype=np.int32),
+        "name": [dev_name[i] for i in rows],
+        "lane": [dev_lane[i] for i in rows],
+        "start_ns": start[idx],
+        "end_ns": end[idx],
+        "launch_ns": pl.Series(launch_ns[idx], dtype=pl.Int64).set(pl.Series(~launched[idx]), None),
+    }
+    return pl.DataFrame({key: frame[key] for key in COLLECTIVES}, schema=COLLECTIVES)
 
 
 def _name_ambiguous(scan: _Pass, ops: list[Any], dev_rows: list[int], out_rows: list[int],

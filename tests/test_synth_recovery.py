@@ -20,11 +20,11 @@ CASES: dict[str, dict[str, Any]] = {
     "64r-8n-tp4-cp2-dp2-pp4-roce-2.27": dict(nodes=8, gpus_per_node=8, sizes={"tp": 4, "cp": 2, "dp": 2, "pp": 4},
                                              network="roce", nccl_version=parse_version("2.27.3"), straggler=13,
                                              straggler_us=500, clock_offsets_us=(0, 40, -25, 10, 5, 0, 3, 7),
-                                             seed=3),
+                                             micro_batches=2, layers=1, seed=3),
     "64r-4n-tp8-ep2-dp4-ethernet-fsdp-2.30": dict(nodes=4, gpus_per_node=16, sizes={"tp": 8, "ep": 2, "dp": 4},
                                                   network="ethernet", nccl_version=parse_version("2.30.7"),
                                                   fsdp=True, dp_overlap=False, slow_link="gpu-node-02",
-                                                  micro_batches=2, layers=2, seed=4),
+                                                  micro_batches=1, layers=1, dp_buckets=2, seed=4),
     "16r-2n-tp-across-nodes-pp2-2.24": dict(nodes=2, gpus_per_node=8, sizes={"tp": 4, "dp": 2, "pp": 2},
                                             tp_across_nodes=True, nccl_version=parse_version("2.24.3"), seed=5),
 }
@@ -33,7 +33,7 @@ CASES: dict[str, dict[str, Any]] = {
 @pytest.fixture(scope="module", params=sorted(CASES))
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any],
                                                                                                dict[str, Any]]:
-    cfg = SynthConfig(steps=3, **CASES[request.param])
+    cfg = SynthConfig(steps=2, **CASES[request.param])
     path = tmp_path_factory.mktemp("synth") / request.param
     truth = generate(cfg, path, compresslevel=1)
     return path, truth, commprof.analyze_run(path)

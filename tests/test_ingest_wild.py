@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 import commprof
 from commprof.analyzers.pipeline import AnalysisSettings
@@ -247,3 +250,51 @@ def test_tables_carry_the_rank_the_trace_gives(tmp_path: Path) -> None:
     assert (by_file["trace_rank3.json"].rank, by_file["trace_rank3.json"].rank_source) == (3, "file name")
     assert set(by_file["trace_rank3.json"].intervals["rank"]) == {3}
     assert by_file["worker.json"].rank is None and by_file["worker.json"].rank_source is None
+
+
+# --- property: an epoch offset changes no figure ----------------------------------------------------------
+
+def _analysis_frames(analysis: Any, offset_ns: int) -> dict[str, pl.DataFrame]:
+    """Every table of the analysis, absolute times taken back by ``offset_ns``."""
+    out = {}
+    for name in vars(analysis):
+        frame = getattr(analysis, name)
+        if isinstance(frame, pl.DataFrame):
+            shift = [c for c in ("start_ns", "end_ns", "launch_ns") if c in frame.columns]
+            out[name] = frame.with_columns(pl.col(c) - offset_ns for c in shift)
+    return out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    kernels=st.lists(
+        st.tuples(st.integers(0, 400_000), st.integers(1, 60_000), st.booleans(), st.integers(0, 2)),
+        min_size=1, max_size=12),
+    epoch_us=st.integers(10**15, 2 * 10**15),
+)
+def test_an_epoch_offset_changes_no_figure(tmp_path: Path, kernels: list[tuple[int, int, bool, int]],
+                                           epoch_us: int) -> None:
+    # times in ns within the trace (so ts carry three decimals); steps at 0, 150 and 300 µs
+    def write(folder: Path, offset_us: int) -> None:
+        def us(t_ns: int) -> str:
+            return f"{offset_us + t_ns // 1000}.{t_ns % 1000:03d}"
+        events = [cpu_event(f"ProfilerStep#{s}", us(150_000 * s), "150.000", cat="user_annotation")
+                  for s in range(3)]
+        for corr, (start, dur, comm, stream) in enumerate(kernels, start=1):
+            name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL" if comm else "void gemm_kernel<float>(float*)"
+            events.append(kernel(name, us(start), f"{dur // 1000}.{dur % 1000:03d}", stream=7 + stream, corr=corr))
+            events.append(cpu_event("cudaLaunchKernel", us(max(start - 3_000, 0)), "1.000", cat="cuda_runtime",
+                                    correlation=corr))
+        folder.mkdir(parents=True)
+        (folder / "rank-0.json").write_text(raw_trace(events))
+
+    case = tmp_path / f"case-{epoch_us}-{len(kernels)}-{abs(hash(tuple(kernels)))}"
+    write(case / "zero", 0)
+    write(case / "epoch", epoch_us)
+    for compat in (False, True):
+        _, near = open_analyzed(case / "zero", hta_compat=compat)
+        _, far = open_analyzed(case / "epoch", hta_compat=compat)
+        a, b = _analysis_frames(near, 0), _analysis_frames(far, epoch_us * 1000)
+        assert a.keys() == b.keys()
+        for name in a:
+            assert_frame_equal(a[name], b[name], check_exact=True), (name, compat)

@@ -60,25 +60,34 @@ def totals(ranks: pl.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _bw_exprs() -> list[pl.Expr]:
-    n = pl.col("group_size").cast(pl.Float64)
+def _with_bw_inputs(coll: pl.DataFrame) -> pl.DataFrame:
+    """Per-call inputs of the bandwidth sums, computed once (expressions over them stay flat and fast)."""
+    if "_dur" in coll.columns:
+        return coll
     dur = pl.col("end_ns") - pl.col("start_ns")
-    factor = busbw_factor_expr(pl.col("op"), n)
+    factor = busbw_factor_expr(pl.col("op"), pl.col("group_size").cast(pl.Float64))
     known = pl.col("bytes").is_not_null()
-    if_peak = known & factor.is_not_null() & (pl.col("peak_gbps") > 0)
-    eff = gbps((pl.col("bytes") * factor / pl.col("peak_gbps")).filter(if_peak).sum(), dur.filter(if_peak).sum())
+    return coll.with_columns(
+        dur.alias("_dur"),
+        pl.when(known).then(dur).alias("_dur_known"),
+        (pl.col("bytes") * factor).alias("_bus_bytes"),
+        pl.when(known & factor.is_not_null()).then(dur).alias("_dur_bus"),
+        pl.when(pl.col("peak_gbps") > 0).then(pl.col("bytes") * factor / pl.col("peak_gbps")).alias("_eff_bytes"),
+    ).with_columns(pl.when(pl.col("_eff_bytes").is_not_null()).then(pl.col("_dur")).alias("_dur_eff"))
+
+
+def _bw_exprs() -> list[pl.Expr]:
     return [
         pl.len().alias("count"),
-        dur.sum().alias("comm_ns"),
+        pl.col("_dur").sum().alias("comm_ns"),
         pl.col("overlapped_ns").sum(),
         pl.col("exposed_ns").sum(),
         pl.col("exposed_wait_ns").sum(),
         pl.col("wait_ns").sum().alias("wait_total_ns"),
-        gbps(pl.col("bytes").filter(known).sum(), dur.filter(known).sum()).fill_nan(None).alias("algbw_gbps"),
-        gbps((pl.col("bytes") * factor).filter(factor.is_not_null()).sum(),
-             dur.filter(known & factor.is_not_null()).sum()).fill_nan(None).alias("busbw_gbps"),
+        gbps(pl.col("bytes").sum(), pl.col("_dur_known").sum()).fill_nan(None).alias("algbw_gbps"),
+        gbps(pl.col("_bus_bytes").sum(), pl.col("_dur_bus").sum()).fill_nan(None).alias("busbw_gbps"),
         # equal to busbw_gbps / peak_gbps when the calls share one peak
-        eff.fill_nan(None).alias("efficiency"),
+        gbps(pl.col("_eff_bytes").sum(), pl.col("_dur_eff").sum()).fill_nan(None).alias("efficiency"),
         pl.col("peak_gbps").max(),
     ]
 
@@ -87,13 +96,13 @@ def _agg(coll: pl.DataFrame, keys: list[str], bytes_col: bool = True) -> pl.Data
     exprs = _bw_exprs()
     if bytes_col:
         exprs.insert(1, pl.col("bytes").sum().alias("bytes"))
-    return coll.group_by(*keys).agg(*exprs).with_columns(
+    return _with_bw_inputs(coll).group_by(*keys).agg(*exprs).with_columns(
         (pl.col("exposed_ns") - pl.col("exposed_wait_ns")).alias("exposed_transfer_ns"))
 
 
 def analyzed(collectives: pl.DataFrame) -> pl.DataFrame:
-    """Calls that started inside an analyzed step window."""
-    return collectives.filter(pl.col("step").is_not_null())
+    """Calls that started inside an analyzed step window (with their bandwidth inputs)."""
+    return _with_bw_inputs(collectives.filter(pl.col("step").is_not_null()))
 
 
 def collectives_summary(collectives: pl.DataFrame) -> pl.DataFrame:
@@ -117,7 +126,7 @@ def _group_rank_steps(collectives: pl.DataFrame, steps: pl.DataFrame, groups: pl
 def group_summary(collectives: pl.DataFrame, steps: pl.DataFrame, pg_steps: pl.DataFrame,
                   groups: pl.DataFrame) -> pl.DataFrame:
     """Per process group: op mix, bytes, comm and exposed time per rank-step of its ranks, bandwidth."""
-    coll = analyzed(collectives)
+    coll = _with_bw_inputs(analyzed(collectives))
     per_pg = coll.group_by("pg").agg(
         pl.col("rank").n_unique().alias("ranks_seen"),
         pl.col("bytes").sum().alias("bytes_total"),

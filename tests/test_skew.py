@@ -95,3 +95,20 @@ def test_host_clocks_recovered_within_5us(tmp_path: Path, offsets: tuple[float, 
     # waits measured on aligned clocks: a clean run has (almost) no wait across hosts
     dp = a.collectives.filter(pl.col("dimension") == "dp")
     assert dp["wait_ns"].max() < 5_000 + 0.05 * (dp["end_ns"] - dp["start_ns"]).max()
+
+
+def test_cached_reopen_does_not_reparse_nccl_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = SynthConfig(nodes=2, gpus_per_node=2, sizes={"tp": 2, "dp": 2}, steps=2, layers=1)
+    generate(cfg, tmp_path / "run")
+    first = commprof.analyze(tmp_path / "run")
+    assert first.tables.sidecars.nccl_comms.height > 0
+
+    import commprof.ingest.nccl as nccl
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("NCCL logs parsed again on a cached re-open")
+
+    monkeypatch.setattr(nccl, "load_nccl", refuse)
+    again = commprof.analyze(tmp_path / "run")
+    assert_tiers = first.process_groups.select("pg", "tier", "tier_source").sort("pg")
+    assert again.process_groups.select("pg", "tier", "tier_source").sort("pg").equals(assert_tiers)

@@ -342,9 +342,10 @@ def _gpu_tables(
     valid = start_ok & dur_ok
     start += base_ns
     end = start + dur_ns
-    try:
-        correlation = pl.Series(corr, dtype=pl.Int64).fill_null(-1).to_numpy()
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):  # floats or text: rare writers
+    as_array = np.asarray(corr)
+    if as_array.dtype.kind == "i" and as_array.ndim == 1:
+        correlation = as_array.astype(np.int64, copy=False)
+    else:  # missing, floats or text: rare writers
         correlation = np.array([-1 if as_int(c) is None else as_int(c) for c in corr], dtype=np.int64)
     launched, launch_ns = _launches_of(scan, base_ns, correlation)
     intervals = pl.DataFrame(

@@ -35,7 +35,7 @@ class RunFacts:
 class RunTables:
     facts: RunFacts
     ranks: pl.DataFrame  # one row per traced rank
-    process_groups: pl.DataFrame  # groups seen by any rank, merged by name (not yet classified)
+    process_groups: pl.DataFrame  # groups seen by any rank, merged by name; analyzers add dimension and tier
     collectives: pl.DataFrame  # one row per rank and call, ``call`` numbering a rank's calls
     step_marks: pl.DataFrame  # ProfilerStep marks per rank
     interval_files: tuple[tuple[int, Path], ...]  # (rank, Parquet file of its intervals)

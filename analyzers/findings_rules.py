@@ -231,7 +231,8 @@ def rule_small_messages(c: Ctx) -> list[Finding]:
             id="small_messages", key=f"small_messages:{dim}:{tier}", severity=severity(saving, c.step_ns),
             title=f"{calls:.0f} small {dim} messages per step on {tier} run at {bus:.1f} GB/s of {peak:.0f}",
             detail=f"{len(pgs)} group(s): calls under {SMALL_BYTES >> 20} MiB "
-                   f"({', '.join(sorted(set(part['op'].to_list())))}) are latency-bound, exposing {ms(exposed_transfer)} of transfer per step.",
+                   f"({', '.join(sorted(set(part['op'].to_list())))}) are latency-bound, exposing "
+                   f"{ms(exposed_transfer)} of transfer per step.",
             action="coalesce them: larger DDP buckets (bucket_cap_mb), torch.distributed's coalescing manager or "
                    "one flattened tensor per step, FSDP with fewer, larger units",
             saving_ns_per_step=round(min(saving, exposed_transfer)),

@@ -23,6 +23,7 @@ from commprof.analyzers.group_tiers import TierSettings, group_tiers
 from commprof.analyzers.overlap import PG_STEPS_SCHEMA, SPANS_SCHEMA, STEPS_SCHEMA, OverlapSettings, analyze_rank
 from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
 from commprof.analyzers.traffic import traffic_matrix
+from commprof.analyzers.whatif import WhatIf
 from commprof.ingest.tables import RunFacts, RunTables
 from commprof.vocab import UNKNOWN
 
@@ -35,6 +36,7 @@ class AnalysisSettings:
     network: str | None = None  # --network ib|roce|ethernet: groups across nodes when nothing else says
     gpus_per_node: int | None = None  # --gpus-per-node: hosts = rank // N when traces carry none
     peaks: dict[str, float] = field(default_factory=dict)  # --peak: GB/s per tier, over the defaults
+    what_if: tuple[str, ...] = ()  # --what-if changes, estimated together (analyzers/whatif.py)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Analysis:
     # run has nothing the rules can judge (no analyzed step), so a check gate says "skip", not "pass"
     findings: tuple[Finding, ...] = ()
     findings_computed: bool = False
+    what_if: WhatIf | None = None  # the --what-if estimate, when changes were asked for
 
     def top_collectives(self, n: int | None = None) -> pl.DataFrame:
         """The (pg, op, bytes) rows that cost the most exposed time."""
@@ -210,10 +213,17 @@ def analyze(tables: RunTables, settings: AnalysisSettings | None = None) -> Anal
 def step_findings(analysis: Analysis) -> Analysis:
     """The last step reads the finished analysis (the rules judge its frames, they compute no figure the
     views show otherwise) and returns it with the ranked findings."""
+    from commprof.analyzers import whatif
     from commprof.analyzers.findings_rules import find
 
     found, computed = find(analysis)
-    return replace(analysis, findings=rank_findings(found), findings_computed=computed)
+    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed)
+    if not analysis.settings.what_if:
+        return analysis
+    changes = [whatif.parse_change(t) for t in analysis.settings.what_if]
+    late = {f.ranks[0]: float(f.numbers.get("late_ns_per_step", 0)) for f in analysis.findings
+            if f.id == "straggler" and f.ranks}
+    return replace(analysis, what_if=whatif.estimate(analysis, changes, late))
 
 
 def _empty_calls() -> pl.DataFrame:

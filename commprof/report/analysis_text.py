@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from commprof.report.findings_text import finding_lines, what_if_lines
+
 
 def fmt_ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:,.2f}"
@@ -142,6 +144,10 @@ def headline(report: dict[str, Any]) -> str:
 
 
 def render_text(report: dict[str, Any], console: Console) -> None:
+    for line in finding_lines(report):  # what is wrong and what it costs comes first
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    for line in what_if_lines(report):
+        console.print(line, style="cyan", highlight=False, soft_wrap=True, markup=False)
     console.print(headline(report), style="bold", highlight=False)
     sections = [
         ("Step time per rank (mean ms per step)", RANK_COLUMNS, rank_rows(report)),
@@ -176,7 +182,10 @@ def _md_table(columns: list[str], rows: list[list[str]]) -> str:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    out = ["# commprof analysis", "", headline(report), ""]
+    out = ["# commprof analysis", "", *finding_lines(report, markdown=True), ""]
+    if report.get("what_if"):
+        out += ["## What-if (an estimate)", "", *what_if_lines(report), ""]
+    out += [headline(report), ""]
     for title, columns, rows in [
         ("Step time per rank (mean ms per step)", RANK_COLUMNS, rank_rows(report)),
         ("Process groups", PG_COLUMNS, pg_rows(report)),

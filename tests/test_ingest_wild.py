@@ -88,10 +88,12 @@ def test_epoch_timestamps_and_base_time_are_read_to_the_ns(tmp_path: Path) -> No
 
 def test_hta_compat_on_whole_microsecond_epoch_traces_loses_nothing(tmp_path: Path) -> None:
     # integer epoch µs (HTA's own test traces): HTA does not round them, and neither may we lose a µs
-    b = TraceBuilder(base_ns=0).step(1, EPOCH_US, EPOCH_US + 100).step(2, EPOCH_US + 100, EPOCH_US + 200)
+    b = TraceBuilder(base_ns=0, launch_lead_us=5).step(1, EPOCH_US, EPOCH_US + 100)
+    b.step(2, EPOCH_US + 100, EPOCH_US + 200)
     b.compute(EPOCH_US + 10, EPOCH_US + 41).nccl(EPOCH_US + 20, EPOCH_US + 61)
-    launch(b).write(tmp_path / "run" / "rank-0.json")
-    _, analysis = open_analyzed(tmp_path / "run", hta_compat=True)
+    b.write(tmp_path / "run" / "rank-0.json")
+    run, analysis = open_analyzed(tmp_path / "run", hta_compat=True)
+    assert run.intervals.filter(pl.col("launch_ns").is_null()).height == 0  # the builder wrote the launches
     steps = analysis.steps
     assert steps["overlapped_comm_ns"].sum() == 21_000 and steps["exposed_comm_ns"].sum() == 20_000
 

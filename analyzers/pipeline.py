@@ -105,9 +105,12 @@ def step_skew(w: _Work) -> None:
 def step_overlap(w: _Work) -> None:
     settings = OverlapSettings(hta_compat=w.settings.hta_compat)
     steps, colls, pg_steps, spans = [], [], [], []
+    # split once: filtering the run's frames per rank is quadratic in ranks
+    calls_of = w.collectives.partition_by("rank", as_dict=True) if w.collectives.height else {}
+    marks_of = w.tables.step_marks.partition_by("rank", as_dict=True) if w.tables.step_marks.height else {}
     for rank, intervals in w.tables.rank_intervals():
-        mine = w.collectives.filter(pl.col("rank") == rank)
-        marks = w.tables.step_marks.filter(pl.col("rank") == rank)
+        mine = calls_of.get((rank,), w.collectives.clear())
+        marks = marks_of.get((rank,), w.tables.step_marks.clear())
         result = analyze_rank(rank, intervals, mine, marks, settings)
         steps.append(result.steps)
         colls.append(result.collectives)

@@ -62,6 +62,7 @@ class Analysis:
     by_dimension: pl.DataFrame
     by_tier: pl.DataFrame
     stragglers: pl.DataFrame
+    rank_group_waits: pl.DataFrame  # rank, pg: wait for later ranks per step (the skew page's columns)
     traffic: pl.DataFrame  # src, dst, bytes_per_step
     traffic_left_out: int
     warnings: tuple[str, ...]
@@ -181,6 +182,7 @@ def step_summaries(w: _Work) -> None:
         by_dimension=sm.dimension_tier(c, st, w.pg_steps, pgs, ("dimension",)),
         by_tier=sm.dimension_tier(c, st, w.pg_steps, pgs, ("tier",)),
         stragglers=sm.stragglers(c, st),
+        rank_group_waits=sm.rank_group_waits(c, st),
     )
 
 

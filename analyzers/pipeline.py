@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -20,10 +21,18 @@ from commprof.analyzers.classify import Layout, check_layout, classify_dimension
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
 from commprof.analyzers.findings import Finding, rank_findings
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
-from commprof.analyzers.overlap import PG_STEPS_SCHEMA, SPANS_SCHEMA, STEPS_SCHEMA, OverlapSettings, analyze_rank
+from commprof.analyzers.overlap import (
+    PG_STEPS_SCHEMA,
+    SPANS_SCHEMA,
+    STEPS_SCHEMA,
+    OverlapSettings,
+    RankOverlap,
+    analyze_rank_file,
+)
 from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
 from commprof.analyzers.traffic import traffic_matrix
 from commprof.analyzers.whatif import WhatIf
+from commprof.ingest.runner import LocalPool, ProgressFn, Runner
 from commprof.ingest.tables import RunFacts, RunTables
 from commprof.vocab import UNKNOWN
 
@@ -64,6 +73,7 @@ class Analysis:
     by_dimension: pl.DataFrame
     by_tier: pl.DataFrame
     stragglers: pl.DataFrame
+    rank_group_waits: pl.DataFrame  # rank, pg: wait for later ranks per step (the skew page's columns)
     traffic: pl.DataFrame  # src, dst, bytes_per_step
     traffic_left_out: int
     warnings: tuple[str, ...]
@@ -89,6 +99,8 @@ class _Work:
     tables: RunTables
     settings: AnalysisSettings
     warnings: list[str]
+    runner: Runner
+    progress: ProgressFn | None = None
     collectives: pl.DataFrame = field(default_factory=pl.DataFrame)
     steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEPS_SCHEMA))
     pg_steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PG_STEPS_SCHEMA))
@@ -111,12 +123,23 @@ def step_skew(w: _Work) -> None:
 
 
 def step_overlap(w: _Work) -> None:
+    """Per-rank overlap, one task per rank on the runner (each reads its own rank's intervals); the
+    results are put together here in rank order, so every runner gives the same frames. A rank whose
+    task fails is left out with a warning; the others are analyzed."""
     settings = OverlapSettings(hta_compat=w.settings.hta_compat)
+    calls = w.collectives.partition_by("rank", as_dict=True) if w.collectives.height else {}
+    marks = w.tables.step_marks.partition_by("rank", as_dict=True) if w.tables.step_marks.height else {}
+    files = w.tables.interval_files
+    tasks = [(rank, path, calls.get((rank,), w.collectives.clear()), marks.get((rank,), w.tables.step_marks.clear()),
+              settings) for rank, path in files]
+    weights = [_size(path) for _, path in files]
+    outcomes = w.runner.run(analyze_rank_file, tasks, weights, "analysis", w.progress)
     steps, colls, pg_steps, spans = [], [], [], []
-    for rank, intervals in w.tables.rank_intervals():
-        mine = w.collectives.filter(pl.col("rank") == rank)
-        marks = w.tables.step_marks.filter(pl.col("rank") == rank)
-        result = analyze_rank(rank, intervals, mine, marks, settings)
+    for (rank, _), outcome in zip(files, outcomes, strict=True):
+        if outcome.error is not None:
+            w.warnings.append(f"rank {rank}: its analysis failed ({outcome.error}); the rank is left out")
+            continue
+        result: RankOverlap = outcome.value
         steps.append(result.steps)
         colls.append(result.collectives)
         pg_steps.append(result.pg_steps)
@@ -126,6 +149,13 @@ def step_overlap(w: _Work) -> None:
         w.collectives = pl.concat(colls, how="vertical_relaxed")
     if steps:
         w.steps, w.pg_steps, w.spans = pl.concat(steps), pl.concat(pg_steps), pl.concat(spans)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _pg_ops(collectives: pl.DataFrame) -> dict[str, set[str]]:
@@ -181,6 +211,7 @@ def step_summaries(w: _Work) -> None:
         by_dimension=sm.dimension_tier(c, st, w.pg_steps, pgs, ("dimension",)),
         by_tier=sm.dimension_tier(c, st, w.pg_steps, pgs, ("tier",)),
         stragglers=sm.stragglers(c, st),
+        rank_group_waits=sm.rank_group_waits(c, st),
     )
 
 
@@ -196,11 +227,19 @@ STEPS: tuple[tuple[str, Callable[[_Work], None]], ...] = (
 )
 
 
-def analyze(tables: RunTables, settings: AnalysisSettings | None = None) -> Analysis:
+def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner: Runner | None = None,
+            progress: ProgressFn | None = None) -> Analysis:
+    """The analysis of ``tables``. The per-rank step runs on ``runner`` (by default a local process
+    pool, used only when the run is big enough to pay for it); every runner gives the same result."""
     settings = settings or AnalysisSettings()
-    w = _Work(tables, settings, list(tables.warnings), collectives=tables.collectives)
-    for _name, step in STEPS:
-        step(w)
+    own = runner or LocalPool()
+    w = _Work(tables, settings, list(tables.warnings), own, progress, collectives=tables.collectives)
+    try:
+        for _name, step in STEPS:
+            step(w)
+    finally:
+        if runner is None:
+            own.close()
     analysis = Analysis(
         settings=settings, facts=tables.facts, tables=tables, ranks=tables.ranks, process_groups=w.groups,
         steps=w.steps, collectives=w.collectives, pg_steps=w.pg_steps, exposed_spans=w.spans,

@@ -172,9 +172,7 @@ def _hideable(a: Analysis, windows: pl.DataFrame) -> pl.DataFrame:
     group can hide behind."""
     out = []
     wanted = set(windows["rank"].unique().to_list())
-    for rank, frame in a.tables.rank_intervals():
-        if rank not in wanted:
-            continue
+    for rank, frame in a.tables.rank_intervals(columns=["kind", "start_ns", "end_ns"], ranks=wanted):
         comp = frame.filter(pl.col("kind") == "compute")
         u = iv.union(comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy())
         mine = windows.filter(pl.col("rank") == rank)

@@ -48,15 +48,16 @@ def open_run(path: Any, **kwargs: Any) -> Run:
     return _open(path, **kwargs)
 
 
-def analyze(run: Any, settings: AnalysisSettings | None = None) -> Analysis:
-    """The analysis of a run (a :class:`Run`, or a path to open)."""
+def analyze(run: Any, settings: AnalysisSettings | None = None, **kwargs: Any) -> Analysis:
+    """The analysis of a run (a :class:`Run`, or a path to open). Keywords ``runner`` (where the
+    per-rank work runs: ``commprof.ingest.runner``) and ``progress`` go to the analysis."""
     import os
 
     from commprof.analyzers.pipeline import analyze as _analyze
 
     if isinstance(run, (str, os.PathLike)):
-        run = open_run(run)
-    return _analyze(run.tables(), settings)
+        run = open_run(run, **{k: v for k, v in kwargs.items() if k in ("runner", "progress")})
+    return _analyze(run.tables(), settings, **kwargs)
 
 
 def analyze_run(path: Any, *, hta_compat: bool = False) -> dict[str, Any]:

@@ -9,18 +9,25 @@ from pathlib import Path
 import click
 
 import commprof
-from commprof.cli.common import open_run_with_progress, output_options, write_output
+from commprof.cli.common import (
+    open_run_with_progress,
+    output_options,
+    parse_ranks,
+    runner_options,
+    work_session,
+    write_output,
+)
 
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--hta-compat", is_flag=True,
-              help="Apply Holistic Trace Analysis' rules (drop the last step, round kernel times inward to "
-                   "whole µs) so that overlap % can be compared with HTA's.")
+              help="Apply Holistic Trace Analysis 0.5.0's rules so that overlap % can be compared with HTA's: "
+                   "drop the last step (a GPU kernel is kept when its launching CPU call started before the "
+                   "last ProfilerStep; kernels whose launch is not in the trace are dropped) and, on traces "
+                   "with fractional-µs times, round kernel times inward to whole µs.")
 @click.option("--top", type=click.IntRange(1), default=10, show_default=True,
               help="How many collectives to list by exposed time.")
-@click.option("-j", "--jobs", type=click.IntRange(1), default=None,
-              help="Processes that parse traces in parallel (default: one per core).")
 @click.option("--layout", default=None, metavar="DIM=N,...",
               help="The parallel layout, e.g. tp=8,pp=4,dp=16 (dims tp, cp, ep, dp, pp; add order=tp-cp-ep-dp-pp "
                    "to change Megatron's rank order, first dimension fastest). Groups equal to one of its groups "
@@ -32,9 +39,11 @@ from commprof.cli.common import open_run_with_progress, output_options, write_ou
 @click.option("--peak", "peaks", default=None, metavar="TIER=GB/s,...",
               help="Peak bandwidth per tier for efficiency = busbw / peak, e.g. nvlink=450,ib=50 "
                    "(defaults follow the GPU and the NIC speed in the NCCL log).")
+@runner_options
 @output_options
-def analyze(path: str, hta_compat: bool, top: int, jobs: int | None, layout: str | None, network: str | None,
-            gpus_per_node: int | None, peaks: str | None, fmt: str, output: Path | None) -> None:
+def analyze(path: str, hta_compat: bool, top: int, workers: int | None, scheduler: str | None, ranks: str | None,
+            layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None, fmt: str,
+            output: Path | None) -> None:
     """Analyze a run directory, a folder of Kineto traces or one trace file."""
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
@@ -45,8 +54,10 @@ def analyze(path: str, hta_compat: bool, top: int, jobs: int | None, layout: str
         hta_compat=hta_compat, top=top, layout=parse_layout(layout) if layout else None, network=network,
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks),
     )
-    run = open_run_with_progress(path, jobs)
-    analysis = commprof.analyze(run, settings)
+    subset = parse_ranks(ranks)
+    with work_session(workers, scheduler) as (runner, progress):
+        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset)
+        analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
     report = analysis_json.build(analysis)
     if fmt == "json":
         write_output(json.dumps(report, indent=2), output)

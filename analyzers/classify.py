@@ -171,8 +171,10 @@ def dimension_from_name(desc: str | None) -> str | None:
             found += ["tp", "pp"]
         return _outermost(found)
     low = name.lower()
-    if low.startswith("mesh_") or low in _MESH_TOKENS:
-        tokens = re.split(r"[_\-]", low.removeprefix("mesh_"))
+    tokens = re.split(r"[_\-]", low.removeprefix("mesh_"))
+    # DeviceMesh names its groups mesh_<dim names>; a bare name made only of such dims (torchtitan's
+    # "dp_shard", "dp_replicate") reads the same
+    if low.startswith("mesh_") or all(t in _MESH_TOKENS for t in tokens):
         return _outermost([_MESH_TOKENS[t] for t in tokens if t in _MESH_TOKENS])
     return None
 

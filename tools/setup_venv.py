@@ -125,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         system_torch = importlib.util.find_spec("torch") is not None
         say(f"creating {env_dir} with {sys.executable}"
             + (" (it has torch: the venv sees its packages)" if system_torch else ""))
-        venv.create(env_dir, with_pip=True, system_site_packages=system_torch)
+        try:
+            venv.create(env_dir, with_pip=True, system_site_packages=system_torch)
+        except (OSError, subprocess.CalledProcessError) as err:
+            # Debian/Ubuntu ship venv's pip bootstrap separately
+            say(f"cannot create {env_dir} ({err}); on Debian/Ubuntu install python3-venv, or pick another "
+                "interpreter with `make PYTHON=/path/to/python3`")
+            return 1
     env_dir.mkdir(exist_ok=True)
     step = Step(env_dir / "install.log")
     say(f"installing quietly; pip's output goes to {step.log}")

@@ -1,7 +1,7 @@
 """The analysis of a run: a short, named list of steps over a :class:`RunTables`, giving one
 :class:`Analysis` that holds every number any view shows (views only select and format).
 
-    skew → overlap → tiers → dimensions → efficiency → summaries → traffic
+    skew → overlap → tiers → dimensions → efficiency → summaries → traffic → findings
 
 Each step reads what the earlier ones made and adds its own frames; none reads a file.
 """
@@ -9,7 +9,7 @@ Each step reads what the earlier ones made and adds its own frames; none reads a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from commprof.analyzers import summaries as sm
 from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
 from commprof.analyzers.classify import Layout, check_layout, classify_dimensions
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
+from commprof.analyzers.findings import Finding, rank_findings
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
 from commprof.analyzers.overlap import (
     PG_STEPS_SCHEMA,
@@ -70,9 +71,14 @@ class Analysis:
     by_dimension: pl.DataFrame
     by_tier: pl.DataFrame
     stragglers: pl.DataFrame
+    rank_group_waits: pl.DataFrame  # rank, pg: wait for later ranks per step (the skew page's columns)
     traffic: pl.DataFrame  # src, dst, bytes_per_step
     traffic_left_out: int
     warnings: tuple[str, ...]
+    # ranked: severity, then estimated saving (analyzers/findings.py); findings_computed is False when the
+    # run has nothing the rules can judge (no analyzed step), so a check gate says "skip", not "pass"
+    findings: tuple[Finding, ...] = ()
+    findings_computed: bool = False
 
     def top_collectives(self, n: int | None = None) -> pl.DataFrame:
         """The (pg, op, bytes) rows that cost the most exposed time."""
@@ -202,6 +208,7 @@ def step_summaries(w: _Work) -> None:
         by_dimension=sm.dimension_tier(c, st, w.pg_steps, pgs, ("dimension",)),
         by_tier=sm.dimension_tier(c, st, w.pg_steps, pgs, ("tier",)),
         stragglers=sm.stragglers(c, st),
+        rank_group_waits=sm.rank_group_waits(c, st),
     )
 
 
@@ -230,12 +237,22 @@ def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner:
     finally:
         if runner is None:
             own.close()
-    return Analysis(
+    analysis = Analysis(
         settings=settings, facts=tables.facts, tables=tables, ranks=tables.ranks, process_groups=w.groups,
         steps=w.steps, collectives=w.collectives, pg_steps=w.pg_steps, exposed_spans=w.spans,
         host_clocks=w.host_clocks, match_by=w.match_by, unmatched_calls=w.unmatched,
         warnings=tuple(w.warnings), **w.out,
     )
+    return step_findings(analysis)
+
+
+def step_findings(analysis: Analysis) -> Analysis:
+    """The last step reads the finished analysis (the rules judge its frames, they compute no figure the
+    views show otherwise) and returns it with the ranked findings."""
+    from commprof.analyzers.findings_rules import find
+
+    found, computed = find(analysis)
+    return replace(analysis, findings=rank_findings(found), findings_computed=computed)
 
 
 def _empty_calls() -> pl.DataFrame:

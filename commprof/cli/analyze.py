@@ -22,8 +22,10 @@ from commprof.cli.common import (
 @click.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--hta-compat", is_flag=True,
-              help="Apply Holistic Trace Analysis' rules (drop the last step, round kernel times inward to "
-                   "whole µs) so that overlap % can be compared with HTA's.")
+              help="Apply Holistic Trace Analysis 0.5.0's rules so that overlap % can be compared with HTA's: "
+                   "drop the last step (a GPU kernel is kept when its launching CPU call started before the "
+                   "last ProfilerStep; kernels whose launch is not in the trace are dropped) and, on traces "
+                   "with fractional-µs times, round kernel times inward to whole µs.")
 @click.option("--top", type=click.IntRange(1), default=10, show_default=True,
               help="How many collectives to list by exposed time.")
 @click.option("--layout", default=None, metavar="DIM=N,...",

@@ -10,6 +10,7 @@ writing) yields every complete event before the cut; the caller is told how many
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -20,11 +21,11 @@ import msgspec
 
 from commprof.errors import InputError, TruncatedTraceError
 from commprof.ingest.decode import Event, Trace, merge_headers
+from commprof.ingest.salvage import Damage, decode_each, last_boundary, scan, skip_ws
 
 READ_BLOCK = 1 << 20
 TEXT_BLOCK = 4 << 20  # decompressed bytes handed over at a time
 PIECE_BYTES = 4 << 20  # decode once this much text is pending
-_WS = b" \t\r\n"
 # float literals arrive as their text: epoch µs do not fit a float64 to the ns (see exact_time)
 _events_decoder = msgspec.json.Decoder(list[Event], float_hook=str)
 _header_decoder = msgspec.json.Decoder(Trace, float_hook=str)
@@ -41,6 +42,7 @@ class StreamResult:
     events: int = 0
     text_bytes: int = 0
     warnings: list[str] = field(default_factory=list)
+    corrupt: str | None = None  # damage inside a complete text: an error unless a partial result is asked for
 
 
 def _blocks(path: Path, shown: str | Path) -> Iterator[bytes]:
@@ -98,24 +100,6 @@ def _threaded(blocks: Iterator[bytes]) -> Iterator[bytes]:
         yield item
 
 
-def _last_boundary(data: bytearray, start: int, end: int | None = None) -> int:
-    """Index of the last ``,`` in ``data[start:end]`` that separates two events (``}`` before it and
-    ``{`` after it, whitespace aside), or -1."""
-    pos = len(data) if end is None else end
-    while True:
-        pos = data.rfind(b",", start, pos)
-        if pos < 0:
-            return -1
-        i = pos - 1
-        while i > start and data[i] in _WS:
-            i -= 1
-        j = pos + 1
-        while j < len(data) and data[j] in _WS:
-            j += 1
-        if data[i] == 0x7D and j < len(data) and data[j] == 0x7B:  # } , {
-            return pos
-
-
 def _decode_array(data: bytearray, open_at: int, close_at: int) -> list[Event]:
     """Decode data[open_at..close_at] as a JSON array: the byte at open_at becomes '[' and the one at
     close_at becomes ']' for the call (they are a separator and whitespace/comma), then restored."""
@@ -127,51 +111,191 @@ def _decode_array(data: bytearray, open_at: int, close_at: int) -> list[Event]:
         data[open_at], data[close_at] = saved_open, saved_close
 
 
+_CLOSE = re.compile(rb"\}[ \t\r\n]*\]")
+
+
+class _Reader:
+    """The pending text of one trace and what has been read from it. ``data[open_at]`` is the ``[`` or
+    the ``,`` before the first pending event; ``base`` is the text offset of ``data[0]``."""
+
+    def __init__(self, path: Path, on_events: Callable[[list[Event]], None]) -> None:
+        self.path, self.on_events = path, on_events
+        self.data = bytearray()
+        self.base = 0
+        self.open_at = -1
+        self.searched = 0  # no event boundary in data[open_at + 1 : searched]
+        self.next_piece = PIECE_BYTES
+        self.result = StreamResult(header=Trace())
+        self.header_text: bytes | None = None
+        self.damage = Damage()
+        self.last_good = 0  # text offset just past the last event read
+
+    def feed(self, block: bytes) -> None:
+        self.result.text_bytes += len(block)
+        data = self.data
+        if block.isspace() and data[-1:].isspace():
+            return  # a run of whitespace between tokens: skipped in bulk, never walked byte by byte
+        data += block
+        if self.open_at < 0:
+            self.open_at, self.header_text = _find_events(data, self.path)
+            if self.open_at < 0:
+                return
+        if len(data) - self.open_at < self.next_piece:
+            return
+        cut = last_boundary(data, max(self.open_at + 1, self.searched))
+        if cut < 0:
+            self.searched = max(self.open_at + 1, len(data) - 64)
+            return
+        try:
+            self._deliver(_decode_array(data, self.open_at, cut), self.base + cut)
+            self._trim(cut)
+            self.next_piece = PIECE_BYTES
+            return
+        except msgspec.ValidationError:
+            events: list[Event] | None = decode_each(data, self.open_at, cut, self.damage)
+        except (msgspec.DecodeError, RecursionError):
+            events = None
+        if events is not None:
+            self._deliver(events, self.base + cut)
+            self._trim(cut)
+            return
+        scanned = scan(data, self.open_at, len(data), self.base, self.damage, final=False, stop_at=cut)
+        self._deliver(scanned.events, self.base + scanned.good_end)
+        if scanned.stop > self.open_at:
+            self._trim(scanned.stop)
+        # an event runs on past the cut: wait for twice the text before trying again (linear overall)
+        self.next_piece = max(PIECE_BYTES, 2 * (len(self.data) - self.open_at))
+
+    def _deliver(self, events: list[Event], good_end: int) -> None:
+        if events:
+            self.result.events += len(events)
+            self.on_events(events)
+            self.last_good = max(self.last_good, good_end)
+
+    def _trim(self, at: int) -> None:
+        """Drop the text before ``data[at]`` (a separator, which becomes the next piece's '[')."""
+        self.data = bytearray(memoryview(self.data)[at:])
+        self.base += at
+        self.open_at, self.searched = 0, 0
+
+    def finish(self, truncated_gzip: bool) -> bytes | None:
+        """Read the last events; the text after the events array (more top-level keys), if any."""
+        data, path = self.data, self.path
+        if self.open_at < 0:
+            if truncated_gzip:
+                raise TruncatedTraceError(
+                    f"gzip stream ends early, after {self.result.text_bytes:,} bytes of text and before the "
+                    "trace's events began (job killed while writing?); nothing to analyze", path)
+            self.open_at, self.header_text = _find_events(data, path, final=True)
+        close = -1 if truncated_gzip else self._find_close()
+        if close >= 0:
+            self._read_up_to(close)
+            self._report(closed=True)
+            return bytes(data[close + 1 :])
+        cut = last_boundary(data, self.open_at + 1)
+        if cut > 0:
+            self._read_up_to(cut)
+            self._trim(cut)
+        if self.result.events == 0 and not truncated_gzip and _is_complete_json(self.data):
+            raise NotATraceError("not a Kineto trace: the events array holds no event objects", path)
+        scanned = scan(self.data, self.open_at, len(self.data), self.base, self.damage, final=True)
+        self._deliver(scanned.events, self.base + scanned.good_end)
+        self._report(closed=False)
+        return None
+
+    def _read_up_to(self, close: int) -> None:
+        """The events between open_at and the separator or bracket at ``close``: one decode when the
+        text is sound, else one by one."""
+        data = self.data
+        if skip_ws(data, self.open_at + 1) >= close:
+            return  # "[]"
+        try:
+            self._deliver(_decode_array(data, self.open_at, close), self.base + close)
+            return
+        except msgspec.ValidationError:
+            events = decode_each(data, self.open_at, close, self.damage)
+        except (msgspec.DecodeError, RecursionError):
+            events = None
+        if events is not None:
+            self._deliver(events, self.base + close)
+            return
+        scanned = scan(data, self.open_at, close, self.base, self.damage, final=True)
+        self._deliver(scanned.events, self.base + scanned.good_end)
+
+    def _find_close(self) -> int:
+        """Index of the ``]`` that closes the events array: one whose following text is the rest of the
+        document (nothing, or the object's other keys). -1 when the text was cut before it."""
+        data, open_at = self.data, self.open_at
+        first = skip_ws(data, open_at + 1)
+        if first < len(data) and data[first] == 0x5D and self._tail_ok(first + 1):
+            return first
+        for match in _CLOSE.finditer(data, open_at + 1):
+            if self._tail_ok(match.end()):
+                return match.end() - 1
+        return -1
+
+    def _tail_ok(self, at: int) -> bool:
+        data = self.data
+        pos = skip_ws(data, at)
+        if self.header_text is None:  # a bare array trace: nothing may follow
+            return pos == len(data)
+        if pos < len(data) and data[pos] == 0x7D:  # }
+            return skip_ws(data, pos + 1) == len(data)
+        if pos >= len(data) or data[pos] != 0x2C:
+            return False
+        try:
+            _header_decoder.decode(b"{" + bytes(data[pos + 1 :]))
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return False
+        return True
+
+    def _report(self, closed: bool) -> None:
+        """Damage inside the text sets ``corrupt`` (an error unless the user asks for a partial result);
+        a cut at its end is a warning."""
+        result, path = self.result, self.path
+        middle = [r for r in self.damage.regions if closed or r[0] < self.last_good]
+        if middle:
+            lost = sum(b - a for a, b in middle)
+            result.corrupt = (f"corrupt trace text at byte {middle[0][0]:,} of {result.text_bytes:,}: "
+                              f"{len(middle):,} damaged stretch{'es' if len(middle) > 1 else ''} "
+                              f"({lost:,} bytes) skipped, {result.events:,} events kept")
+        if closed:
+            return
+        if result.events == 0:
+            raise TruncatedTraceError("trace is cut short before its first complete event", path)
+        lost = self.base + len(self.data) - self.last_good
+        result.warnings.append(f"{path}: trace text ends early at byte {result.text_bytes:,}; kept "
+                               f"{result.events:,} complete events, dropped the last {lost:,} bytes")
+
+    def damage_warnings(self) -> list[str]:
+        out = []
+        if self.damage.invalid:
+            shown = "; ".join(f"{n} × {why}" for why, n in self.damage.invalid.most_common(3))
+            out.append(f"{self.path}: skipped {sum(self.damage.invalid.values()):,} events of the wrong shape "
+                       f"({shown})")
+        if self.damage.repaired:
+            out.append(f"{self.path}: {self.damage.repaired:,} events hold NaN/Infinity numbers or lone "
+                       "surrogate escapes (not JSON): those values were read as missing")
+        return out
+
+
 def stream_events(path: Path, on_events: Callable[[list[Event]], None], label: str | None = None) -> StreamResult:
     """Decode the trace at ``path``, handing its events to ``on_events`` a piece at a time. Errors and
     warnings name the file as ``label`` (what the user gave) where that differs from ``path``."""
     blocks = _threaded(_blocks(path, label or path))
-    path = Path(label) if label else path
-    data = bytearray()
-    result = StreamResult(header=Trace())
-    header_text: bytes | None = None
-    open_at = -1  # index in data of the '[' (or separator) that starts the pending events
+    reader = _Reader(Path(label) if label else path, on_events)
     truncated_gzip = False
     try:
         for block in blocks:
-            result.text_bytes += len(block)
-            data += block
-            if open_at < 0:
-                open_at, header_text = _find_events(data, path)
-                if open_at < 0:
-                    continue
-            if len(data) - open_at < PIECE_BYTES:
-                continue
-            cut = _last_boundary(data, open_at + 1)
-            if cut < 0:
-                continue
-            try:
-                events = _decode_array(data, open_at, cut)
-            except msgspec.ValidationError as err:
-                raise NotATraceError(f"not a Kineto trace: {err}", path) from None
-            except msgspec.DecodeError:
-                continue  # a separator inside an event's args: wait for more text
-            result.events += len(events)
-            on_events(events)
-            del events
-            data = bytearray(memoryview(data)[cut:])  # the separator stays, as the next '['
-            open_at = 0
+            reader.feed(block)
     except EOFError:
         truncated_gzip = True
-    if open_at < 0:
-        if truncated_gzip:
-            raise TruncatedTraceError(f"gzip stream ends early, after {result.text_bytes:,} bytes of text and before "
-                             "the trace's events began (job killed while writing?); nothing to analyze", path)
-        open_at, header_text = _find_events(data, path, final=True)
-    tail = _finish(data, open_at, path, result, on_events)
-    result.header = _headers(header_text, tail, path)
+    tail = reader.finish(truncated_gzip)
+    result = reader.result
+    result.header = _headers(reader.header_text, tail, reader.path)
+    result.warnings.extend(reader.damage_warnings())
     if truncated_gzip:
-        result.warnings.insert(0, f"{path}: gzip stream ends early (job killed while writing?); "
+        result.warnings.insert(0, f"{reader.path}: gzip stream ends early (job killed while writing?); "
                                   f"decompressed {result.text_bytes:,} bytes before the cut")
     return result
 
@@ -196,68 +320,13 @@ def _find_events(data: bytearray, path: Path, final: bool = False) -> tuple[int,
     return -1, None
 
 
-def _finish(data: bytearray, open_at: int, path: Path, result: StreamResult,
-            on_events: Callable[[list[Event]], None]) -> bytes | None:
-    """Decode the last events and return the text after the array (more top-level keys)."""
-    pos = open_at + 1
-    while True:
-        close = data.find(b"]", pos)
-        if close < 0:
-            break
-        i = close - 1
-        while i > open_at and data[i] in _WS:
-            i -= 1
-        if data[i] == 0x7D or i == open_at:  # "}]", or the empty array "[]"
-            try:
-                events = _decode_array(data, open_at, close) if i > open_at else []
-            except msgspec.ValidationError as err:
-                raise NotATraceError(f"not a Kineto trace: {err}", path) from None
-            except msgspec.DecodeError:
-                pos = close + 1
-                continue
-            result.events += len(events)
-            on_events(events)
-            return bytes(data[close + 1 :])
-        pos = close + 1
-    if _is_complete_json(data):
-        raise NotATraceError("not a Kineto trace: the events array holds no event objects", path)
-    _salvage_truncated(data, open_at, path, result, on_events)
-    return None
-
-
 def _is_complete_json(data: bytearray) -> bool:
     """A whole, valid JSON document (so a failure to find events is not a cut)."""
     try:
         msgspec.json.decode(memoryview(data))
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False
     return True
-
-
-def _salvage_truncated(data: bytearray, open_at: int, path: Path, result: StreamResult,
-                       on_events: Callable[[list[Event]], None]) -> None:
-    """No closing bracket: the text was cut. Keep the complete events, report what was lost."""
-    end = len(data)
-    while True:
-        cut = _last_boundary(data, open_at + 1, end)
-        if cut < 0:
-            break
-        try:
-            events = _decode_array(data, open_at, cut)
-        except msgspec.DecodeError:
-            end = cut
-            continue
-        result.events += len(events)
-        on_events(events)
-        lost = len(data) - cut
-        result.warnings.append(f"{path}: trace text ends early at byte {result.text_bytes:,}; kept "
-                               f"{result.events:,} complete events, dropped the last {lost:,} bytes")
-        return
-    if result.events == 0:
-        raise TruncatedTraceError("trace is cut short before its first complete event", path)
-    result.warnings.append(f"{path}: trace text ends early at byte {result.text_bytes:,}; kept "
-                           f"{result.events:,} complete events, dropped the last "
-                           f"{len(data) - open_at:,} bytes")
 
 
 def _headers(header_text: bytes | None, tail: bytes | None, path: Path) -> Trace:

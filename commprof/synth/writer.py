@@ -91,6 +91,13 @@ def write_run(out: Path, cfg: SynthConfig, programs: dict[int, list[Instr]], gro
         (out / "raw" / "nccl" / name).write_text(text)
     for host in cfg.hosts:
         _write_json(out / "raw" / "topology" / f"{host}.json", topology_capture(cfg, host))
+    if cfg.flight_recorder:
+        from commprof.synth.flight_recorder import dump
+
+        for rank, line in lines.items():
+            path = out / "raw" / "flight_recorder" / f"rank-{rank}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(dump(cfg, groups, line), separators=(",", ":")))
     _write_json(out / "manifest.json", _manifest(cfg, lines, command))
     truth = build_truth(cfg, groups, lines)
     _write_json(out / "truth.json", truth)

@@ -86,7 +86,7 @@ def _worst(rows: list[dict[str, Any]], key: str, limit: int) -> list[dict[str, A
 def shown_ranks(report: dict[str, Any], limit: int = MAX_RANK_ROWS) -> list[dict[str, Any]]:
     """Every rank, or past ``limit``: the ranks at each figure's min and max (the straggler is often the
     one with the least exposed time: the others wait for it), then those with the most exposed comm."""
-    ranks = report["ranks"]
+    ranks: list[dict[str, Any]] = report["ranks"]
     if len(ranks) <= limit:
         return ranks
     extremes = {r for d in report.get("rank_distribution") or [] for r in (d["max_rank"], d["min_rank"])}

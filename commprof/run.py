@@ -177,6 +177,8 @@ class Run:
 
 
 def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None) -> tuple[list[RankFile], list[str]]:
+    if wanted is not None and not ingested.entries:
+        raise InputError(f"none of the ranks asked for ({_ranges(sorted(wanted))}) has a trace in this run")
     warnings: list[str] = []
     for meta in ingested.metas:
         warnings.extend(meta.get("warnings") or [])

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 import commprof
-from commprof.cli.common import open_run_with_progress, output_options, write_output
+from commprof.cli.common import allow_partial_option, open_run_with_progress, output_options, write_output
 
 
 @click.command()
@@ -32,9 +32,10 @@ from commprof.cli.common import open_run_with_progress, output_options, write_ou
 @click.option("--peak", "peaks", default=None, metavar="TIER=GB/s,...",
               help="Peak bandwidth per tier for efficiency = busbw / peak, e.g. nvlink=450,ib=50 "
                    "(defaults follow the GPU and the NIC speed in the NCCL log).")
+@allow_partial_option
 @output_options
 def analyze(path: str, hta_compat: bool, top: int, jobs: int | None, layout: str | None, network: str | None,
-            gpus_per_node: int | None, peaks: str | None, fmt: str, output: Path | None) -> None:
+            gpus_per_node: int | None, peaks: str | None, allow_partial: bool, fmt: str, output: Path | None) -> None:
     """Analyze a run directory, a folder of Kineto traces or one trace file."""
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
@@ -45,7 +46,7 @@ def analyze(path: str, hta_compat: bool, top: int, jobs: int | None, layout: str
         hta_compat=hta_compat, top=top, layout=parse_layout(layout) if layout else None, network=network,
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks),
     )
-    run = open_run_with_progress(path, jobs)
+    run = open_run_with_progress(path, jobs, allow_partial)
     analysis = commprof.analyze(run, settings)
     report = analysis_json.build(analysis)
     if fmt == "json":

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from commprof.cli.common import write_output
+from commprof.cli.common import allow_partial_option, write_output
 
 FORMATS = ("text", "json", "markdown", "junit")
 
@@ -68,11 +68,12 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report here (usable later as --baseline).")
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None, help="Processes that parse traces.")
+@allow_partial_option
 def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | None,
           max_exposed_ms_per_step: float | None, max_straggler_wait_ms: float | None,
           fail_on_findings: str | None, rules: tuple[str, ...], baseline: str | None, max_regression: str | None,
           noise_floor_ms: float | None, fmt: str, output: Path | None, junit_path: Path | None,
-          markdown_path: Path | None, json_path: Path | None, jobs: int | None) -> None:
+          markdown_path: Path | None, json_path: Path | None, jobs: int | None, allow_partial: bool) -> None:
     """Check a run (or an analyze/check JSON report) against thresholds and a baseline."""
     from commprof.check import evaluate, inputs, load_config, render
     from commprof.check.config import parse_override
@@ -91,7 +92,7 @@ def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | Non
     from commprof.cli.common import open_run_with_progress
 
     def opener(p: str) -> Any:
-        return open_run_with_progress(p, jobs)
+        return open_run_with_progress(p, jobs, allow_partial)
 
     settings = AnalysisSettings(peaks=config.peak_overrides())
     base = inputs.load(config.baseline, opener, settings=settings) if config.baseline else None

@@ -20,12 +20,18 @@ def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def open_run_with_progress(path: str, jobs: int | None = None) -> Any:
+def allow_partial_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--allow-partial", is_flag=True,
+                        help="Analyze what is readable of a trace damaged inside (not just cut short at its end): "
+                             "the damage becomes a warning instead of an error.")(f)
+
+
+def open_run_with_progress(path: str, jobs: int | None = None, allow_partial: bool = False) -> Any:
     """Open a run, with a progress bar on stderr while traces are parsed (only on a terminal)."""
     from commprof.run import open_run
 
     if not sys.stderr.isatty():
-        return open_run(path, jobs=jobs)
+        return open_run(path, jobs=jobs, allow_partial=allow_partial)
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
@@ -34,7 +40,7 @@ def open_run_with_progress(path: str, jobs: int | None = None) -> Any:
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        return open_run(path, jobs=jobs, progress=progress)
+        return open_run(path, jobs=jobs, progress=progress, allow_partial=allow_partial)
 
 
 def write_output(text: str, output: Path | None) -> None:

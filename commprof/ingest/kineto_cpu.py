@@ -3,6 +3,7 @@ are CPU ops on the training process's threads."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -13,6 +14,7 @@ from commprof.ingest import names
 from commprof.ingest.decode import Args
 from commprof.ingest.exact_time import to_ns
 from commprof.ingest.kineto_comm import comm_fields
+from commprof.ingest.plausible import describe, implausible, reference
 from commprof.ingest.schema import COLLECTIVES, INTERVALS
 
 if TYPE_CHECKING:
@@ -56,6 +58,13 @@ def cpu_tables(
     start, start_ok = to_ns([cpu[i][4] for i in candidates])
     dur, dur_ok = to_ns([cpu[i][5] for i in candidates])
     ok = start_ok & dur_ok
+    if not ok.all():
+        warnings.append(f"{label}: skipped {int((~ok).sum())} CPU ops whose ts or dur is not a number")
+    why: Counter[str] = Counter()
+    odd = implausible(start, start + dur, reference(start[ok]), why) & ok
+    if why:
+        warnings.append(describe(label, "CPU ops", why))
+        ok &= ~odd
     rows = [i for i, keep in zip(candidates, ok.tolist(), strict=True) if keep]
     start, end = start[ok] + base_ns, start[ok] + dur[ok] + base_ns
     enqueue_rows = {i for i in rows if names.is_enqueue_op(cpu[i][2])}

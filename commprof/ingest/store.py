@@ -141,6 +141,9 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
     except NotATraceError as err:
         return {"file": label, "rel": entry.rel, "skipped": str(err), "not_a_trace": True,
                 "warnings": [f"{err}; skipped (not a Kineto trace)"]}
+    except OSError as err:  # removed or made unreadable since it was found
+        why = f"{label}: cannot be read ({err.strerror or err})"
+        return {"file": label, "rel": entry.rel, "skipped": why, "warnings": [f"{why}; rank skipped"]}
     meta = {
         "file": str(entry.path),
         "rel": entry.rel,
@@ -155,6 +158,7 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
         "mode": rank_trace.mode,
         "warnings": rank_trace.warnings,
         "n_intervals": len(rank_trace.intervals),
+        "corrupt": rank_trace.corrupt,
     }
     for table in TABLES:
         _write_frame(getattr(rank_trace, table), cache / table / f"{entry.stem}.parquet")

@@ -397,7 +397,7 @@ def run_cli(args: list[str], cache: Path) -> Outcome:
         out.error = result.output[-3000:]
     elif result.exit_code not in (0, 1, 2):
         out.error = f"exit code {result.exit_code}"
-    elif result.exit_code == 2 and len(result.stderr.strip().splitlines()) != 1:
+    elif result.exit_code == 2 and len(result.stderr.strip().splitlines()) != 1 and "\nError: " not in result.stderr:
         out.error = f"exit 2 without exactly one line on stderr: {result.stderr[-500:]!r}"
     return out
 

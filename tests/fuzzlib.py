@@ -501,7 +501,8 @@ class TraceFuzz:
         return None
 
 
-def nccl_case(scratch: Path, name: str, content: bytes, xml: bytes | None, tally: Tally, clean_s: float) -> None:
+def nccl_case(scratch: Path, name: str, content: bytes, xml: bytes | None, tally: Tally, clean_s: float,
+              what: list[str] | None = None) -> None:
     """Load a mutated log (and XML dump) as a run's NCCL inputs, build the tables, summarize."""
     from commprof.errors import CommprofError
     from commprof.ingest.nccl import build_tables, load_nccl
@@ -525,11 +526,11 @@ def nccl_case(scratch: Path, name: str, content: bytes, xml: bytes | None, tally
         out.error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
     out.seconds = time.perf_counter() - start
     shutil.rmtree(folder, ignore_errors=True)
-    scale = max(1.0, len(content) / 50_000)
+    scale = max(1.0, (len(content) + len(xml or b"")) / 50_000)
     ratio = out.seconds / (clean_s * scale) if out.seconds > FLOOR_S else 0.0
     if out.error is None and ratio > RATIO_LIMIT:
         out.error = f"hang: {out.seconds:.2f} s, {ratio:.1f} x a clean log of the same size"
-    tally.add(out, ratio, f"log mutant {name}")
+    tally.add(out, ratio, f"log mutant {name} ({', '.join(what or [])}; xml {len(xml or b'')} bytes)")
 
 
 def clean_nccl_seconds(scratch: Path) -> float:
@@ -610,7 +611,7 @@ def fuzz_logs(scratch: Path, n: int, seed: int | None = None) -> Tally:
     @settings(max_examples=n, **FUZZ_SETTINGS)  # type: ignore[arg-type]
     @given(log_mutant(), st.one_of(st.none(), topology_xml_mutant()))
     def one(log: tuple[str, bytes, list[str]], xml: bytes | None) -> None:
-        nccl_case(scratch, log[0], log[1], xml, tally, clean_s)
+        nccl_case(scratch, log[0], log[1], xml, tally, clean_s, log[2])
 
     _seeded(one, seed)()
     return tally

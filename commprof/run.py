@@ -247,5 +247,5 @@ def open_run(
     source = discover(path)
     ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress)
     rank_files, warnings = _assign_ranks(ingested, allow_partial)
-    warnings = [*source.problems, *manifest_warnings(source.manifest), *warnings]
+    warnings = [*source.problems, *ingested.problems, *manifest_warnings(source.manifest), *warnings]
     return Run(source, ingested, rank_files, warnings)

@@ -22,16 +22,17 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from commprof.errors import InputError, TruncatedTraceError
-from commprof.ingest.discover import Source
+from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
 from commprof.ingest.kineto import RankTrace, extract
+from commprof.ingest.rank_sidecar import clean_sidecar
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.stream import NotATraceError
 
@@ -52,10 +53,12 @@ class FileEntry:
 
 
 def default_cache_dir(source: Source) -> Path:
-    """``tables/`` beside the raw files when that folder is writable, else a per-user cache."""
-    if source.kind != "file" and os.access(source.root, os.W_OK):
+    """Under ``COMMPROF_CACHE_DIR`` when it is set; else ``tables/`` beside the raw files when that folder
+    is writable, else a per-user cache."""
+    env = os.environ.get("COMMPROF_CACHE_DIR")
+    if not env and source.kind != "file" and os.access(source.root, os.W_OK):
         return source.root / "tables"
-    base = Path(os.environ.get("COMMPROF_CACHE_DIR") or Path.home() / ".cache" / "commprof")
+    base = Path(env or Path.home() / ".cache" / "commprof")
     digest = hashlib.sha1(str(source.path.resolve()).encode()).hexdigest()[:16]
     return base / digest
 
@@ -104,7 +107,7 @@ def _expand_exports(entries: list[FileEntry], cache: Path, known: dict[str, Any]
             raw = entry.path.read_bytes()
             try:
                 trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-            except (OSError, ValueError) as err:
+            except (OSError, ValueError, RecursionError) as err:
                 raise InputError(f"unreadable commprof export: {err}", entry.path) from None
             for rank, part in split_by_rank(trace).items():
                 _atomic_write_bytes(folder / f"rank-{rank}.json", json.dumps(part).encode())
@@ -199,21 +202,28 @@ def _parse_in_workers(todo: list[FileEntry], cache: Path, jobs: int, on_done: Ca
         return
 
 
-def read_sidecars(source: Source) -> tuple[list[dict[str, Any]], str]:
+def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], str]:
     """The rank sidecars of a ``commprof record`` run (raw/ranks/rank-N.json) and a signature of
-    their sizes and mtimes (part of the cache key: they change how Gloo ops are attributed)."""
+    their sizes and mtimes (part of the cache key: they change how Gloo ops are attributed). Fields
+    of the wrong shape are dropped, each with a line in ``problems``."""
     folder = source.root / "raw" / "ranks"
     if source.kind != "run" or not folder.is_dir():
         return [], ""
     sidecars, signature = [], []
+    problems = problems if problems is not None else []
     for path in sorted(folder.glob("rank-*.json")):
         try:
+            if regular_file_problem(path):
+                problems.append(f"{path}: {regular_file_problem(path)}; skipped")
+                continue
             st = path.stat()
             data = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue  # a rank killed while writing leaves no complete sidecar: its ops stay unattributed
-        if isinstance(data, dict):
-            sidecars.append(data)
+        clean, dropped = clean_sidecar(data, str(path))
+        problems.extend(dropped)
+        if clean is not None:
+            sidecars.append(clean)
             signature.append(f"{path.name}:{st.st_size}:{st.st_mtime_ns}")
     return sidecars, hashlib.sha1("|".join(signature).encode()).hexdigest()
 
@@ -221,7 +231,7 @@ def read_sidecars(source: Source) -> tuple[list[dict[str, Any]], str]:
 def _read_index(cache: Path, sidecar_key: str = "") -> dict[str, Any]:
     try:
         data = json.loads((cache / INDEX).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(data, dict) or data.get("ingest_version") != INGEST_VERSION:
         return {}
@@ -246,6 +256,7 @@ class Ingested:
     entries: list[FileEntry]
     metas: list[dict[str, Any]]  # in entry order
     parsed: int  # how many traces were (re)parsed rather than read from the cache
+    problems: list[str] = field(default_factory=list)  # sidecar fields dropped, and why
 
 
 def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
@@ -255,7 +266,8 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InputError(f"cannot create the table cache: {err.strerror}", cache) from None
-    sidecars, sidecar_key = read_sidecars(source)
+    problems: list[str] = []
+    sidecars, sidecar_key = read_sidecars(source, problems)
     known = _read_index(cache, sidecar_key)
     entries = _expand_exports(_entries(source), cache, known)
     todo = [e for e in entries if not _fresh(e, known, cache)]
@@ -281,7 +293,7 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
             "files": {e.rel: {"size": e.size, "mtime_ns": e.mtime_ns, "stem": e.stem} for e in entries},
         }
         _atomic_write_bytes(cache / INDEX, json.dumps(index, indent=1).encode())
-    return Ingested(cache, entries, metas, len(todo))
+    return Ingested(cache, entries, metas, len(todo), problems)
 
 
 def _refuse_if_no_traces(source: Source, metas: list[dict[str, Any]]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import gzip
 import json
-import os
 import random
 import shutil
 import signal
@@ -69,9 +68,7 @@ def bases() -> list[tuple[str, dict[str, Any]]]:
                  REPO / "sample_traces" / "synth_2x8_tp8_dp2" / "raw" / "traces" / "rank-0.json.gz"]
         paths += [SHARED / "nccl_parser_config" / "nccl_data.json.gz",
                   SHARED / "trace_filter" / "sampled_rank-0.json.gz"]
-        for path in paths:
-            if path.is_file():
-                _BASES.append((path.parent.name, _slice(_load(path), EVENTS_PER_BASE)))
+        _BASES.extend((path.parent.name, _slice(_load(path), EVENTS_PER_BASE)) for path in paths if path.is_file())
     return _BASES
 
 
@@ -327,10 +324,10 @@ TOML_VALUES = ["nan", "inf", "-inf", "+nan", "1e400", "-1", "0", "5", "\"5\"", "
 @st.composite
 def toml_mutant(draw: st.DrawFn) -> str:
     lines = []
-    table = draw(st.sampled_from(["", "[tool.commprof]\n", "[rules]\n", "[[x]]\n"]))
-    for _ in range(draw(st.integers(1, 5))):
-        key = draw(st.sampled_from(TOML_KEYS))
-        value = draw(st.sampled_from(TOML_VALUES))
+    table = draw(st.sampled_from(["", "", "", "[tool.commprof]\n", "[[x]]\n"]))
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(TOML_KEYS[:7] * 3 + TOML_KEYS))
+        value = draw(st.sampled_from(["5", "0", "12.5", "nan", "inf"] * 3 + TOML_VALUES))
         if "." in key:
             key = ".".join(f'"{part}"' if draw(st.booleans()) else part for part in key.split("."))
         lines.append(f"{key} = {value}")
@@ -381,11 +378,10 @@ def run_cli(args: list[str], cache: Path) -> Outcome:
     from commprof.cli import main
 
     runner = CliRunner()
-    os.environ["COMMPROF_CACHE_DIR"] = str(cache)
     start = time.perf_counter()
     try:
         with time_limit(HANG_S):
-            result = runner.invoke(main, args, catch_exceptions=True)
+            result = runner.invoke(main, args, catch_exceptions=True, env={"COMMPROF_CACHE_DIR": str(cache)})
     except Hang:
         return Outcome(None, time.perf_counter() - start, error=f"hang: still running after {HANG_S:.0f} s")
     seconds = time.perf_counter() - start
@@ -468,15 +464,12 @@ class TraceFuzz:
         base = dict(bases())[mutant.base]
         clean = self.clean_time(mutant.base, base)
         self.n += 1
-        folder = write_files(self.scratch / f"case-{self.n}", mutant.files)
-        try:
-            out = run_cli(["analyze", str(folder), "--format", "json", "-j", "1", "--allow-partial"]
-                          if self.n % 2 else ["analyze", str(folder), "--format", "json", "-j", "1"],
-                          self.scratch / "cache")
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        args = ["analyze", "--format", "json", "-j", "1", *(["--allow-partial"] if self.n % 2 else [])]
         size = sum(len(v) for v in mutant.files.values())
         scale = max(1.0, size / max(1, mutant.clean_bytes))
+        out = self._run(mutant, args, self.n)
+        if out.error is None and out.seconds > FLOOR_S and out.seconds / (clean * scale) > RATIO_LIMIT:
+            out.seconds = min(out.seconds, self._run(mutant, args, -self.n).seconds)  # timed twice: noise
         ratio = out.seconds / (clean * scale) if out.seconds > FLOOR_S else 0.0
         if out.error is None and ratio > RATIO_LIMIT:
             out.error = f"hang: {out.seconds:.2f} s, {ratio:.1f} x a clean case of the same size"
@@ -486,6 +479,13 @@ class TraceFuzz:
                 self.tally.silent += 1
         self.tally.add(out, ratio, f"trace mutant of {mutant.base}: {', '.join(mutant.what)}")
         return out
+
+    def _run(self, mutant: Mutant, args: list[str], n: int) -> Outcome:
+        folder = write_files(self.scratch / f"case-{n}", mutant.files)
+        try:
+            return run_cli([args[0], str(folder), *args[1:]], self.scratch / "cache")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     @staticmethod
     def _silent(mutant: Mutant, out: Outcome) -> str | None:
@@ -512,21 +512,28 @@ def nccl_case(scratch: Path, name: str, content: bytes, xml: bytes | None, tally
     write_files(folder / "raw" / "nccl", {name: content})
     if xml is not None:
         write_files(folder / "raw" / "topology", {"topo.xml": xml})
-    start = time.perf_counter()
-    out = Outcome(0, 0.0)
-    try:
-        with time_limit(HANG_S):
-            run = load_nccl(folder)
-            summarize(run, build_tables(run.logs, run.topologies, run.graphs))
-    except CommprofError:
-        out.exit_code = 2
-    except Hang:
-        out.error = f"hang: still running after {HANG_S:.0f} s"
-    except Exception as exc:  # the failure being hunted
-        out.error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
-    out.seconds = time.perf_counter() - start
-    shutil.rmtree(folder, ignore_errors=True)
+
+    def once() -> Outcome:
+        start = time.perf_counter()
+        out = Outcome(0, 0.0)
+        try:
+            with time_limit(HANG_S):
+                run = load_nccl(folder)
+                summarize(run, build_tables(run.logs, run.topologies, run.graphs))
+        except CommprofError:
+            out.exit_code = 2
+        except Hang:
+            out.error = f"hang: still running after {HANG_S:.0f} s"
+        except Exception as exc:  # the failure being hunted
+            out.error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
+        out.seconds = time.perf_counter() - start
+        return out
+
+    out = once()
     scale = max(1.0, (len(content) + len(xml or b"")) / 50_000)
+    if out.error is None and out.seconds > FLOOR_S and out.seconds / (clean_s * scale) > RATIO_LIMIT:
+        out.seconds = min(out.seconds, once().seconds)  # a slow case is timed twice: the machine is noisy
+    shutil.rmtree(folder, ignore_errors=True)
     ratio = out.seconds / (clean_s * scale) if out.seconds > FLOOR_S else 0.0
     if out.error is None and ratio > RATIO_LIMIT:
         out.error = f"hang: {out.seconds:.2f} s, {ratio:.1f} x a clean log of the same size"

@@ -178,10 +178,8 @@ DEVICE_EVENT = {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_L
 def gpu_trace(tmp_path: Path, change: Callable[[dict[str, Any]], None], n: int = 40) -> Path:
     """A small GPU trace: step marks, a launch per kernel, compute and NCCL kernels."""
     t0 = 1_700_000_000_000_000
-    events: list[dict[str, Any]] = []
-    for step in range(3):
-        events.append({"ph": "X", "cat": "cpu_op", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
-                       "ts": t0 + step * 1000, "dur": 900})
+    events: list[dict[str, Any]] = [{"ph": "X", "cat": "cpu_op", "name": f"ProfilerStep#{step}", "pid": 1,
+                                     "tid": 1, "ts": t0 + step * 1000, "dur": 900} for step in range(3)]
     for i in range(n):
         corr = 100 + i
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
@@ -344,7 +342,8 @@ def test_manifest_notes_about_dead_ranks_are_analyze_warnings(cli: Cli, tmp_path
     shutil.copytree(Path(__file__).parents[1] / "sample_traces" / "synth_2x8_tp8_dp2", run,
                     ignore=shutil.ignore_patterns("tables"))
     manifest = json.loads((run / "manifest.json").read_text())
-    manifest["notes"] = ["NCCL_DEBUG kept as the user set it", "no trace for rank 5: the rank was killed while recording"]
+    manifest["notes"] = ["NCCL_DEBUG kept as the user set it",
+                         "no trace for rank 5: the rank was killed while recording"]
     manifest["status"], manifest["exit_code"], manifest["exit_signal"] = "failed", 137, "SIGKILL"
     (run / "manifest.json").write_text(json.dumps(manifest))
     report = report_of(analyze(cli, run))

@@ -129,6 +129,13 @@ def _finite(text: str) -> float:
     return value
 
 
+def _bounded_int(text: str) -> int:
+    value = int(text) if len(text) <= 20 else 1 << 64
+    if not -(1 << 63) <= value < 1 << 63:
+        raise ValueError(f"number {text[:20]}... is out of range")
+    return value
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -140,7 +147,7 @@ def read_json(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"cannot read the report: {getattr(err, 'strerror', None) or err}", path) from None
     try:
-        return json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+        return json.loads(text, parse_float=_finite, parse_int=_bounded_int, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         raise InputError(f"not valid JSON: {err.msg}", path, f"line {err.lineno}, column {err.colno}") from None
     except (ValueError, RecursionError) as err:

@@ -6,19 +6,22 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint pytest bench bench-dashboard install clean bench-record bench-synth fuzz
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,record]'
-	touch $(STAMP)
+$(STAMP): pyproject.toml tools/setup_venv.py
+	@# torch: the one $(PYTHON) has, else a wheel on this machine, else the CPU-only build (never PyPI's
+	@# multi-GB CUDA build on Linux); pip's output goes to $(VENV)/install.log. TORCH_INDEX_URL=... overrides.
+	@$(PYTHON) tools/setup_venv.py $(VENV)
+	@touch $(STAMP)
 
 install: $(STAMP)
 
-# records a fresh 4-rank Gloo run (TP=2 x DP=2, about 10 s on 2 cores) and prints its analysis
+DEMO_OUT ?= runs/demo
+# Records a fresh 4-rank Gloo run (TP=2 x DP=2, about 10 s on 2 cores) and prints its analysis last.
+# OMP_NUM_THREADS=1 and KINETO_LOG_LEVEL=6 only silence torchrun's OMP notice and the profiler's
+# start/stop lines in the demo; a run of yours keeps its own settings. tests/test_demo.py runs this target.
 demo: $(STAMP)
-	$(BIN)/commprof record -o runs/demo --force -- \
+	@echo "demo: recording sample_traces/train_3d.py on 4 CPU ranks (TP=2 x DP=2, Gloo) into $(DEMO_OUT)"
+	@echo "demo: how to read what follows: docs/reading.md; explore it: $(BIN)/commprof dashboard $(DEMO_OUT)"
+	@OMP_NUM_THREADS=1 KINETO_LOG_LEVEL=6 $(BIN)/commprof record -o $(DEMO_OUT) --force -- \
 		$(BIN)/torchrun --nproc-per-node 4 sample_traces/train_3d.py --tp 2 --dp 2
 
 lint: $(STAMP)

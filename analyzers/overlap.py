@@ -24,12 +24,14 @@ so the two tools can be compared on the same trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
 from commprof.analyzers import intervals as iv
+from commprof.ingest.tables import read_rank_intervals
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,16 @@ def _windows(
         bounds[0] = min(bounds[0], int(starts[eligible].min()))
         bounds[-1] = max(bounds[-1], int(ends[eligible].max()))
     return step_ids, bounds, cutoff
+
+
+INTERVAL_COLUMNS = ("lane", "kind", "start_ns", "end_ns", "launch_ns")  # what analyze_rank reads of intervals
+
+
+def analyze_rank_file(rank: int, path: Path, collectives: pl.DataFrame, marks: pl.DataFrame,
+                      settings: OverlapSettings) -> RankOverlap:
+    """:func:`analyze_rank` on the rank's interval file: the task a worker process (or a Dask worker)
+    runs, reading only that rank and only the columns the analysis needs."""
+    return analyze_rank(rank, read_rank_intervals(rank, path, INTERVAL_COLUMNS), collectives, marks, settings)
 
 
 def analyze_rank(

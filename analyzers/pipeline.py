@@ -1,7 +1,7 @@
 """The analysis of a run: a short, named list of steps over a :class:`RunTables`, giving one
 :class:`Analysis` that holds every number any view shows (views only select and format).
 
-    skew → overlap → tiers → dimensions → efficiency → summaries → traffic
+    skew → overlap → tiers → dimensions → efficiency → summaries → traffic → findings
 
 Each step reads what the earlier ones made and adds its own frames; none reads a file.
 """
@@ -9,7 +9,8 @@ Each step reads what the earlier ones made and adds its own frames; none reads a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -17,11 +18,22 @@ import polars as pl
 from commprof.analyzers import summaries as sm
 from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
 from commprof.analyzers.classify import Layout, check_layout, classify_dimensions
+from commprof.analyzers.distribution import rank_distribution
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
+from commprof.analyzers.findings import Finding, rank_findings
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
-from commprof.analyzers.overlap import PG_STEPS_SCHEMA, SPANS_SCHEMA, STEPS_SCHEMA, OverlapSettings, analyze_rank
+from commprof.analyzers.overlap import (
+    PG_STEPS_SCHEMA,
+    SPANS_SCHEMA,
+    STEPS_SCHEMA,
+    OverlapSettings,
+    RankOverlap,
+    analyze_rank_file,
+)
 from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
 from commprof.analyzers.traffic import traffic_matrix
+from commprof.analyzers.whatif import WhatIf
+from commprof.ingest.runner import LocalPool, ProgressFn, Runner
 from commprof.ingest.tables import RunFacts, RunTables
 from commprof.vocab import UNKNOWN
 
@@ -34,6 +46,7 @@ class AnalysisSettings:
     network: str | None = None  # --network ib|roce|ethernet: groups across nodes when nothing else says
     gpus_per_node: int | None = None  # --gpus-per-node: hosts = rank // N when traces carry none
     peaks: dict[str, float] = field(default_factory=dict)  # --peak: GB/s per tier, over the defaults
+    what_if: tuple[str, ...] = ()  # --what-if changes, estimated together (analyzers/whatif.py)
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class Analysis:
     match_by: str  # how calls were matched across ranks: seq | order | seq and order | none
     unmatched_calls: int
     rank_summary: pl.DataFrame
+    rank_distribution: pl.DataFrame  # per figure of rank_summary: min, p10, median, p90, max over the ranks
     totals: dict[str, Any]
     group_summary: pl.DataFrame
     collectives_summary: pl.DataFrame
@@ -61,9 +75,15 @@ class Analysis:
     by_dimension: pl.DataFrame
     by_tier: pl.DataFrame
     stragglers: pl.DataFrame
+    rank_group_waits: pl.DataFrame  # rank, pg: wait for later ranks per step (the skew page's columns)
     traffic: pl.DataFrame  # src, dst, bytes_per_step
     traffic_left_out: int
     warnings: tuple[str, ...]
+    # ranked: severity, then estimated saving (analyzers/findings.py); findings_computed is False when the
+    # run has nothing the rules can judge (no analyzed step), so a check gate says "skip", not "pass"
+    findings: tuple[Finding, ...] = ()
+    findings_computed: bool = False
+    what_if: WhatIf | None = None  # the --what-if estimate, when changes were asked for
 
     def top_collectives(self, n: int | None = None) -> pl.DataFrame:
         """The (pg, op, bytes) rows that cost the most exposed time."""
@@ -81,6 +101,8 @@ class _Work:
     tables: RunTables
     settings: AnalysisSettings
     warnings: list[str]
+    runner: Runner
+    progress: ProgressFn | None = None
     collectives: pl.DataFrame = field(default_factory=pl.DataFrame)
     steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEPS_SCHEMA))
     pg_steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PG_STEPS_SCHEMA))
@@ -103,12 +125,23 @@ def step_skew(w: _Work) -> None:
 
 
 def step_overlap(w: _Work) -> None:
+    """Per-rank overlap, one task per rank on the runner (each reads its own rank's intervals); the
+    results are put together here in rank order, so every runner gives the same frames. A rank whose
+    task fails is left out with a warning; the others are analyzed."""
     settings = OverlapSettings(hta_compat=w.settings.hta_compat)
+    calls = w.collectives.partition_by("rank", as_dict=True) if w.collectives.height else {}
+    marks = w.tables.step_marks.partition_by("rank", as_dict=True) if w.tables.step_marks.height else {}
+    files = w.tables.interval_files
+    tasks = [(rank, path, calls.get((rank,), w.collectives.clear()), marks.get((rank,), w.tables.step_marks.clear()),
+              settings) for rank, path in files]
+    weights = [_size(path) for _, path in files]
+    outcomes = w.runner.run(analyze_rank_file, tasks, weights, "analysis", w.progress)
     steps, colls, pg_steps, spans = [], [], [], []
-    for rank, intervals in w.tables.rank_intervals():
-        mine = w.collectives.filter(pl.col("rank") == rank)
-        marks = w.tables.step_marks.filter(pl.col("rank") == rank)
-        result = analyze_rank(rank, intervals, mine, marks, settings)
+    for (rank, _), outcome in zip(files, outcomes, strict=True):
+        if outcome.error is not None:
+            w.warnings.append(f"rank {rank}: its analysis failed ({outcome.error}); the rank is left out")
+            continue
+        result: RankOverlap = outcome.value
         steps.append(result.steps)
         colls.append(result.collectives)
         pg_steps.append(result.pg_steps)
@@ -118,6 +151,13 @@ def step_overlap(w: _Work) -> None:
         w.collectives = pl.concat(colls, how="vertical_relaxed")
     if steps:
         w.steps, w.pg_steps, w.spans = pl.concat(steps), pl.concat(pg_steps), pl.concat(spans)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _pg_ops(collectives: pl.DataFrame) -> dict[str, set[str]]:
@@ -165,7 +205,7 @@ def step_summaries(w: _Work) -> None:
         w.collectives = c
     ranks = sm.rank_summary(st)
     w.out.update(
-        rank_summary=ranks, totals=sm.totals(ranks),
+        rank_summary=ranks, totals=sm.totals(ranks), rank_distribution=rank_distribution(ranks),
         group_summary=sm.group_summary(c, st, w.pg_steps, pgs),
         collectives_summary=sm.collectives_summary(c),
         call_sizes=sm.call_sizes(c, st, pgs),
@@ -173,6 +213,7 @@ def step_summaries(w: _Work) -> None:
         by_dimension=sm.dimension_tier(c, st, w.pg_steps, pgs, ("dimension",)),
         by_tier=sm.dimension_tier(c, st, w.pg_steps, pgs, ("tier",)),
         stragglers=sm.stragglers(c, st),
+        rank_group_waits=sm.rank_group_waits(c, st),
     )
 
 
@@ -188,17 +229,42 @@ STEPS: tuple[tuple[str, Callable[[_Work], None]], ...] = (
 )
 
 
-def analyze(tables: RunTables, settings: AnalysisSettings | None = None) -> Analysis:
+def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner: Runner | None = None,
+            progress: ProgressFn | None = None) -> Analysis:
+    """The analysis of ``tables``. The per-rank step runs on ``runner`` (by default a local process
+    pool, used only when the run is big enough to pay for it); every runner gives the same result."""
     settings = settings or AnalysisSettings()
-    w = _Work(tables, settings, list(tables.warnings), collectives=tables.collectives)
-    for _name, step in STEPS:
-        step(w)
-    return Analysis(
+    own = runner or LocalPool()
+    w = _Work(tables, settings, list(tables.warnings), own, progress, collectives=tables.collectives)
+    try:
+        for _name, step in STEPS:
+            step(w)
+    finally:
+        if runner is None:
+            own.close()
+    analysis = Analysis(
         settings=settings, facts=tables.facts, tables=tables, ranks=tables.ranks, process_groups=w.groups,
         steps=w.steps, collectives=w.collectives, pg_steps=w.pg_steps, exposed_spans=w.spans,
         host_clocks=w.host_clocks, match_by=w.match_by, unmatched_calls=w.unmatched,
         warnings=tuple(w.warnings), **w.out,
     )
+    return step_findings(analysis)
+
+
+def step_findings(analysis: Analysis) -> Analysis:
+    """The last step reads the finished analysis (the rules judge its frames, they compute no figure the
+    views show otherwise) and returns it with the ranked findings."""
+    from commprof.analyzers import whatif
+    from commprof.analyzers.findings_rules import find
+
+    found, computed = find(analysis)
+    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed)
+    if not analysis.settings.what_if:
+        return analysis
+    changes = [whatif.parse_change(t) for t in analysis.settings.what_if]
+    late = {f.ranks[0]: float(f.numbers.get("late_ns_per_step", 0)) for f in analysis.findings
+            if f.id == "straggler" and f.ranks}
+    return replace(analysis, what_if=whatif.estimate(analysis, changes, late))
 
 
 def _empty_calls() -> pl.DataFrame:

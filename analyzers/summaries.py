@@ -242,3 +242,26 @@ def stragglers(collectives: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
                          .alias("caused_wait_ns_per_step"),
                          pl.col("times_last").fill_null(0)))
     return out.select(list(schema)).cast(schema).sort("rank")  # type: ignore[arg-type]
+
+
+def rank_group_waits(collectives: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and process group, over matched calls of analyzed steps: how long the rank waited for a
+    later rank per step of its own (the skew page's group columns), its longest such wait and in which step."""
+    schema = {"rank": pl.Int32, "pg": pl.String, "dimension": pl.String, "tier": pl.String,
+              "matched_calls": pl.Int64, "wait_ns_per_step": pl.Int64, "max_wait_ns": pl.Int64,
+              "max_wait_step": pl.Int64}
+    coll = analyzed(collectives).filter(pl.col("match_key").is_not_null())
+    if coll.height == 0:
+        return pl.DataFrame(schema=schema)
+    n_steps = steps.group_by("rank").len().rename({"len": "_steps"})
+    out = (
+        coll.sort("wait_ns", "start_ns", descending=[True, False])
+        .group_by("rank", "pg", maintain_order=True)
+        .agg(pl.col("dimension").first(), pl.col("tier").first(), pl.len().alias("matched_calls"),
+             pl.col("wait_ns").sum().alias("_wait"), pl.col("wait_ns").first().alias("max_wait_ns"),
+             pl.col("step").first().alias("max_wait_step"))
+        .join(n_steps, on="rank", how="left")
+        .with_columns((pl.col("_wait") / pl.col("_steps").fill_null(1).clip(1)).round().cast(pl.Int64)
+                      .alias("wait_ns_per_step"))
+    )
+    return out.select(list(schema)).cast(schema).sort("pg", "rank")  # type: ignore[arg-type]

@@ -72,12 +72,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--hta-ranks", type=int, default=2, help="ranks HTA parses (0: skip HTA)")
     parser.add_argument("--keep", type=Path, help="write the run here and keep it")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --keep: measure the run already there instead of generating it again")
     args = parser.parse_args()
     out = args.keep or Path(tempfile.mkdtemp(prefix="bench-synth-")) / "run"
     try:
-        made = generate(out, args.nodes, args.mb_per_rank, args.steps)
-        print(f"generated {args.nodes * 8} ranks, {made['rank0_mb']:.1f} MB per rank "
-              f"(kernels per phase {made['kernels_per_phase']}) in {made['generate_s']:.1f} s")
+        if args.reuse and (out / "manifest.json").is_file():
+            shutil.rmtree(out / "tables", ignore_errors=True)  # a cold ingest, as after generating
+            print(f"reusing {out}: {_rank0_mb(out):.1f} MB per rank (rank 0)")
+        else:
+            made = generate(out, args.nodes, args.mb_per_rank, args.steps)
+            print(f"generated {args.nodes * 8} ranks, {made['rank0_mb']:.1f} MB per rank "
+                  f"(kernels per phase {made['kernels_per_phase']}) in {made['generate_s']:.1f} s")
         t0 = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", ANALYZE, str(out)], capture_output=True, text=True,
                               check=True, cwd=REPO)

@@ -13,10 +13,29 @@ Python API::
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "analyze", "analyze_run", "open_run"]
+
+
+def _source_checkout_subpackages() -> None:
+    """In the repository, ``analyzers/`` and ``dashboard/`` sit beside ``commprof/`` and the wheel maps them
+    to ``commprof.analyzers`` and ``commprof.dashboard`` (pyproject's package-dir). When this package is
+    imported from a checkout instead — ``python -m commprof`` in the repository root finds ``./commprof``
+    before an installed wheel — the same mapping has to hold here, or every command fails to import its
+    analyzers. An installed wheel has ``commprof/analyzers`` itself and is left alone."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    if (not os.path.isdir(os.path.join(here, "analyzers"))
+            and os.path.isfile(os.path.join(root, "analyzers", "__init__.py"))
+            and os.path.isfile(os.path.join(root, "pyproject.toml"))
+            and root not in __path__):
+        __path__.append(root)
+
+
+_source_checkout_subpackages()
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis, AnalysisSettings
@@ -29,15 +48,16 @@ def open_run(path: Any, **kwargs: Any) -> Run:
     return _open(path, **kwargs)
 
 
-def analyze(run: Any, settings: AnalysisSettings | None = None) -> Analysis:
-    """The analysis of a run (a :class:`Run`, or a path to open)."""
+def analyze(run: Any, settings: AnalysisSettings | None = None, **kwargs: Any) -> Analysis:
+    """The analysis of a run (a :class:`Run`, or a path to open). Keywords ``runner`` (where the
+    per-rank work runs: ``commprof.ingest.runner``) and ``progress`` go to the analysis."""
     import os
 
     from commprof.analyzers.pipeline import analyze as _analyze
 
     if isinstance(run, (str, os.PathLike)):
-        run = open_run(run)
-    return _analyze(run.tables(), settings)
+        run = open_run(run, **{k: v for k, v in kwargs.items() if k in ("runner", "progress")})
+    return _analyze(run.tables(), settings, **kwargs)
 
 
 def analyze_run(path: Any, *, hta_compat: bool = False) -> dict[str, Any]:

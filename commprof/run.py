@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -13,6 +13,7 @@ import polars as pl
 from commprof.errors import InputError
 from commprof.ingest import store
 from commprof.ingest.discover import Source, discover, manifest_warnings
+from commprof.ingest.runner import ProgressFn, Runner
 from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
 
 if TYPE_CHECKING:
@@ -66,8 +67,18 @@ class Run:
             return self.process_groups
         if name not in store.TABLES:
             raise KeyError(f"unknown table {name!r}; known: ranks, {', '.join(store.TABLES)}")
-        frames = [frame for _, frame in self.rank_tables(name)]
-        return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+        return self._scan(name).collect()
+
+    def _scan(self, name: str) -> pl.LazyFrame:
+        """One lazy scan over the ranks' Parquet files (read in parallel by polars). Ranks that were
+        assumed from file order get their rank written over the file's."""
+        scans = []
+        for rf in self.rank_files:
+            scan = pl.scan_parquet(self.ingested.cache / name / f"{rf.entry.stem}.parquet")
+            if rf.meta.get("rank") != rf.rank and name != "process_groups":
+                scan = scan.with_columns(pl.lit(rf.rank, pl.Int32).alias("rank"))
+            scans.append(scan)
+        return pl.concat(scans, how="vertical_relaxed") if scans else pl.LazyFrame()
 
     @property
     def intervals(self) -> pl.DataFrame:
@@ -114,11 +125,10 @@ class Run:
     @cached_property
     def process_groups(self) -> pl.DataFrame:
         """Groups seen by any rank, merged by name (each rank lists only the groups it is in)."""
-        frames = [frame for _, frame in self.rank_tables("process_groups")]
-        if not frames:
+        if not self.rank_files:
             return pl.DataFrame(schema=PROCESS_GROUPS)
         merged = (
-            pl.concat(frames, how="vertical_relaxed")
+            self._scan("process_groups").collect()
             .with_columns(pl.col("ranks").list.len().alias("_n"))
             .sort("_n", descending=True)
             .group_by("pg", maintain_order=True)
@@ -181,7 +191,10 @@ def _corrupt_traces(ingested: store.Ingested, allow_partial: bool) -> list[str]:
     return [f"{entry.label or entry.path}: {meta['corrupt']} (--allow-partial)" for entry, meta in corrupt]
 
 
-def _assign_ranks(ingested: store.Ingested, allow_partial: bool = False) -> tuple[list[RankFile], list[str]]:
+def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None,
+                  allow_partial: bool = False) -> tuple[list[RankFile], list[str]]:
+    if wanted is not None and not ingested.entries:
+        raise InputError(f"none of the ranks asked for ({_ranges(sorted(wanted))}) has a trace in this run")
     warnings: list[str] = _corrupt_traces(ingested, allow_partial)
     for meta in ingested.metas:
         warnings.extend(meta.get("warnings") or [])
@@ -221,31 +234,72 @@ def _assign_ranks(ingested: store.Ingested, allow_partial: bool = False) -> tupl
         out.append(RankFile(next_free, entry, meta))
     if not out:
         skipped = [m for m in ingested.metas if m.get("skipped")]
-        raise InputError(str(skipped[0]["skipped"]) if len(skipped) == 1 else
-                         f"no trace with events: {len(skipped)} traces are cut short before their first event",
-                         None if len(skipped) == 1 else ingested.entries[0].path.parent)
+        if len(skipped) == 1:
+            raise InputError(str(skipped[0]["skipped"]))
+        if any(m.get("failed") for m in skipped):
+            raise InputError(f"none of the {len(skipped)} traces could be read; the first: {skipped[0]['skipped']}")
+        raise InputError(f"no trace with events: {len(skipped)} traces are cut short before their first event",
+                         ingested.entries[0].path.parent)
     if all(rf.meta.get("n_intervals", 1) == 0 for rf in out):
         listed = ", ".join(rf.entry.rel for rf in out[:3]) + (", ..." if len(out) > 3 else "")
         raise InputError(f"nothing to analyze: no trace holds a usable event ({listed})"
                          + (f"; {warnings[0]}" if warnings else ""), ingested.entries[0].path.parent)
     out.sort(key=lambda rf: rf.rank)
     world = next(iter(sizes), None)
+    failed = ingested.failures
+    if failed:
+        warnings.append(f"{len(failed)} of {len(ingested.entries)} trace files could not be read and were skipped "
+                        f"({', '.join(m['rel'] for m in failed[:4])}{', ...' if len(failed) > 4 else ''})")
+    if wanted is not None:
+        return _subset(out, wanted, world, warnings)
     if world is not None and len(out) < world:
         warnings.append(f"traces for {len(out)} of {world} ranks; the others are not analyzed")
     return out, warnings
 
 
+def _subset(out: list[RankFile], wanted: frozenset[int], world: int | None,
+            warnings: list[str]) -> tuple[list[RankFile], list[str]]:
+    """Keep the ranks asked for (``--ranks``); say what that leaves out."""
+    kept = [rf for rf in out if rf.rank in wanted]
+    missing = sorted(wanted - {rf.rank for rf in kept})
+    if not kept:
+        raise InputError(f"none of the ranks asked for ({_ranges(sorted(wanted))}) has a trace in this run")
+    if missing:
+        warnings.append(f"no trace for {len(missing)} of the {len(wanted)} ranks asked for ({_ranges(missing)})")
+    total = f" of {world}" if world else ""
+    warnings.append(f"analyzing {len(kept)}{total} ranks (--ranks {_ranges([rf.rank for rf in kept])}): waits and "
+                    "skew compare these ranks only, group totals cover only them")
+    return kept, warnings
+
+
+def _ranges(ranks: list[int]) -> str:
+    """0-7,64,128: runs of consecutive ranks as a-b."""
+    parts: list[str] = []
+    for r in ranks:
+        if parts and "-" in parts[-1] and int(parts[-1].split("-")[1]) == r - 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{r}"
+        elif parts and "-" not in parts[-1] and int(parts[-1]) == r - 1:
+            parts[-1] = f"{parts[-1]}-{r}"
+        else:
+            parts.append(str(r))
+    return ",".join(parts)
+
+
 def open_run(
     path: str | Path, *, cache_dir: str | Path | None = None, jobs: int | None = None,
-    progress: Callable[[int, int], None] | None = None, allow_partial: bool = False,
+    progress: ProgressFn | None = None, runner: Runner | None = None, ranks: Iterable[int] | None = None,
+    allow_partial: bool = False,
 ) -> Run:
     """Open a commprof run directory, a folder of Kineto traces or one trace file.
 
-    Traces are parsed once (in parallel) and cached as Parquet; later opens read the cache. A trace
-    damaged inside (not just cut short at its end) is an error unless ``allow_partial``.
+    Traces are parsed once (on ``runner``: by default a local process pool sized to the machine, or
+    ``jobs`` processes) and cached as Parquet; later opens read the cache. ``ranks``: open only these
+    ranks' traces (a quick look at a big run). A trace damaged inside (not just cut short at its end) is
+    an error unless ``allow_partial``.
     """
     source = discover(path)
-    ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress)
-    rank_files, warnings = _assign_ranks(ingested, allow_partial)
+    wanted = None if ranks is None else frozenset(ranks)
+    ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress, runner, wanted)
+    rank_files, warnings = _assign_ranks(ingested, wanted, allow_partial)
     warnings = [*source.problems, *ingested.problems, *manifest_warnings(source.manifest), *warnings]
     return Run(source, ingested, rank_files, warnings)

@@ -13,6 +13,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import commprof
+from commprof.ingest import runner as runner_module
 from commprof.ingest import store
 from commprof.run import Run
 
@@ -163,13 +164,12 @@ def test_parallel_parse_gives_the_same_tables(
 ) -> None:
     pools: list[int | None] = []
 
-    class CountingPool(store.ProcessPoolExecutor):
+    class CountingPool(runner_module.ProcessPoolExecutor):
         def __init__(self, max_workers: int | None = None, *args: Any, **kwargs: Any) -> None:
             pools.append(max_workers)
             super().__init__(max_workers, *args, **kwargs)
 
-    monkeypatch.setattr(store, "ProcessPoolExecutor", CountingPool)
-    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)  # the sample is small: force the worker path
+    monkeypatch.setattr(runner_module, "ProcessPoolExecutor", CountingPool)  # an explicit count always uses it
     serial = commprof.open_run(sample_run, cache_dir=tmp_path / "serial", jobs=1)
     assert pools == []
     parallel = commprof.open_run(sample_run, cache_dir=tmp_path / "parallel", jobs=2)

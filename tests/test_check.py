@@ -68,8 +68,12 @@ def test_sample_run_rules(cli: Callable[..., Result], sample_run: Path) -> None:
     failing = {v["where"]["rank"] for v in _rule(_json(fail), "max_exposed_comm_pct")["violations"]}
     assert failing == {0, 1, 2, 3}
     ok = cli("check", str(sample_run), "--max-exposed-comm-pct", "90", "--max-exposed-ms-per-step", "40",
-             "--max-straggler-wait-ms", "100", "--fail-on-findings", "low", "--format", "json")
+             "--max-straggler-wait-ms", "100", "--fail-on-findings", "high", "--format", "json")
     assert ok.exit_code == 0, ok.output
+    # the sample's rank 3 arrives late at every step: a medium straggler finding fails a "medium" gate
+    strict = cli("check", str(sample_run), "--fail-on-findings", "medium", "--format", "json")
+    assert strict.exit_code == 1
+    assert any(v["where"]["id"] == "straggler" for v in _rule(_json(strict), "fail_on_findings")["violations"])
     doc = _json(ok)
     # plain-profiler Gloo traces carry no seq: calls are matched by their order in each group
     stragglers = doc["report"]["skew"]["stragglers"]

@@ -66,6 +66,28 @@ def test_to_ns_is_exact_for_epoch_microseconds() -> None:
     assert ok.tolist() == [True] * 5 + [False, False]
 
 
+_TIMES = st.one_of(
+    st.integers(-(10**15) * 9, 10**15 * 9),
+    st.builds(lambda w, f, neg: f"{'-' if neg else ''}{w}.{f}", st.integers(0, 10**15 * 9),
+              st.text("0123456789", min_size=0, max_size=7), st.booleans()),
+    st.sampled_from(["1.5e3", "-2E-3", " 12.5", "abc", "", "-", ".5", "12.", "1_0", "nan", "inf", "1e400"]),
+    st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_TIMES, min_size=1, max_size=40))
+def test_small_and_large_time_columns_convert_alike(values: list[Any]) -> None:
+    # short columns go through a Python loop, long ones through polars: the same ns and validity
+    import commprof.ingest.exact_time as exact
+
+    small_ns, small_ok = exact.to_ns(values)
+    large_ns, large_ok = exact.to_ns(values * (exact.SMALL // len(values) + 1))
+    n = len(values)
+    assert small_ok.tolist() == large_ok[:n].tolist()
+    assert small_ns[small_ok].tolist() == large_ns[:n][large_ok[:n]].tolist()
+
+
 def test_epoch_timestamps_and_base_time_are_read_to_the_ns(tmp_path: Path) -> None:
     # newer Kineto writes ts with three decimals (ns); an epoch-µs value with a fraction does not fit a
     # float64 (a quarter µs apart), and x1000 in float loses up to 128 ns more
@@ -88,10 +110,12 @@ def test_epoch_timestamps_and_base_time_are_read_to_the_ns(tmp_path: Path) -> No
 
 def test_hta_compat_on_whole_microsecond_epoch_traces_loses_nothing(tmp_path: Path) -> None:
     # integer epoch µs (HTA's own test traces): HTA does not round them, and neither may we lose a µs
-    b = TraceBuilder(base_ns=0).step(1, EPOCH_US, EPOCH_US + 100).step(2, EPOCH_US + 100, EPOCH_US + 200)
+    b = TraceBuilder(base_ns=0, launch_lead_us=5).step(1, EPOCH_US, EPOCH_US + 100)
+    b.step(2, EPOCH_US + 100, EPOCH_US + 200)
     b.compute(EPOCH_US + 10, EPOCH_US + 41).nccl(EPOCH_US + 20, EPOCH_US + 61)
-    launch(b).write(tmp_path / "run" / "rank-0.json")
-    _, analysis = open_analyzed(tmp_path / "run", hta_compat=True)
+    b.write(tmp_path / "run" / "rank-0.json")
+    run, analysis = open_analyzed(tmp_path / "run", hta_compat=True)
+    assert run.intervals.filter(pl.col("launch_ns").is_null()).height == 0  # the builder wrote the launches
     steps = analysis.steps
     assert steps["overlapped_comm_ns"].sum() == 21_000 and steps["exposed_comm_ns"].sum() == 20_000
 

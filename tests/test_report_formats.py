@@ -51,7 +51,7 @@ def test_check_json_matches_schema(cli: Callable[..., Result], synth: Path, samp
         assert result.exit_code in (0, 1)
         doc = json.loads(result.stdout)
         validator.validate(doc)
-        assert doc["report"]["schema_version"] == 2
+        assert doc["report"]["schema_version"] == 3
 
 
 def test_diff_json_matches_schema(cli: Callable[..., Result], synth: Path, sample_run: Path) -> None:

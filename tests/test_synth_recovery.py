@@ -91,5 +91,5 @@ def test_expected_findings_follow_the_options(run: tuple[Path, dict[str, Any], d
     name = path.name
     assert ("straggler" in ids) == (truth["straggler"] is not None)
     assert ("tp_across_nodes" in ids) == ("across" in name)
-    assert ("socket_fallback" in ids) == ("ethernet" in name)
+    assert ("nccl_socket_fallback" in ids) == ("socket-fallback" in name)  # plain ethernet is no fault
     assert ids.isdisjoint(truth["findings"]["absent"])

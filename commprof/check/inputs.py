@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from commprof.run import Run
 
 CHECK_FORMAT = "commprof-check"
-CHECK_SCHEMA_VERSION = 2  # 2: the embedded report holds the stragglers (skew.stragglers)
+CHECK_SCHEMA_VERSION = 3  # 2: the embedded report holds the stragglers (skew.stragglers); 3: and findings
 
 
 @dataclass

@@ -116,7 +116,7 @@ def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | Non
     from commprof.cli.common import open_run_with_progress
 
     def opener(p: str) -> Any:
-        return open_run_with_progress(p, jobs, allow_partial)
+        return open_run_with_progress(p, jobs, allow_partial=allow_partial)
 
     settings = AnalysisSettings(peaks=config.peak_overrides())
     base = inputs.load(config.baseline, opener, settings=settings) if config.baseline else None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +21,102 @@ def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def runner_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--workers (alias -j/--jobs), --scheduler and --ranks: where the per-rank work runs, and on what."""
+    f = click.option("--ranks", "ranks", default=None, metavar="LIST",
+                     help="Analyze only these ranks, e.g. 0-7,64,128 (a quick look at a big run: only their traces "
+                          "are opened; waits and skew then compare these ranks only).")(f)
+    f = click.option("--scheduler", default=None, envvar="COMMPROF_SCHEDULER", metavar="tcp://HOST:PORT",
+                     help="Run the per-rank work on this Dask cluster (env COMMPROF_SCHEDULER); its workers must see "
+                          "the run and its table cache at the same paths. Needs commprof[dask].")(f)
+    f = click.option("-w", "--workers", "-j", "--jobs", "workers", type=click.IntRange(1), default=None,
+                     help="Local processes for per-rank ingest and analysis (default: one per core, fewer when free "
+                          "memory is short; in process for small runs).")(f)
+    return f
+
+
+def parse_ranks(text: str | None) -> list[int] | None:
+    """``0-7,64,128`` -> [0..7, 64, 128]."""
+    if text is None:
+        return None
+    from commprof.errors import UsageError
+
+    out: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        lo, sep, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise UsageError(f"--ranks: {part!r} is not a rank or a range like 0-7") from None
+        if a < 0 or b < a:
+            raise UsageError(f"--ranks: {part!r} is not a rank or a range like 0-7")
+        out.update(range(a, b + 1))
+    if not out:
+        raise UsageError("--ranks: no rank given")
+    return sorted(out)
+
+
+class ProgressBar:
+    """One bar per phase on stderr (only on a terminal): ranks done, MB/s of trace read, time left,
+    and how many ranks failed so far."""
+
+    def __init__(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[ranks]}"),
+                            TransferSpeedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[failed]}"),
+                            transient=True)
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, p: Any) -> None:
+        if p.phase not in self.tasks:
+            label = {"ingest": "reading traces", "analysis": "analyzing ranks"}.get(p.phase, p.phase)
+            self.tasks[p.phase] = self.bar.add_task(label, total=p.bytes_total or None, ranks="", failed="")
+        self.bar.update(self.tasks[p.phase], completed=p.bytes_done, ranks=f"{p.done}/{p.total} ranks",
+                        failed=f"{p.failed} failed" if p.failed else "")
+
+    def __enter__(self) -> ProgressBar:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+
+@contextmanager
+def work_session(workers: int | None = None, scheduler: str | None = None) -> Iterator[tuple[Any, Any]]:
+    """(runner, progress callback or None) for one command; the runner's workers are stopped after."""
+    from commprof.ingest.runner import make_runner
+
+    with make_runner(workers, scheduler) as runner:
+        if not sys.stderr.isatty():
+            yield runner, None
+            return
+        with ProgressBar() as bar:
+            yield runner, bar
+
+
 def allow_partial_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--allow-partial", is_flag=True,
                         help="Analyze what is readable of a trace damaged inside (not just cut short at its end): "
                              "the damage becomes a warning instead of an error.")(f)
 
 
-def open_run_with_progress(path: str, jobs: int | None = None, allow_partial: bool = False) -> Any:
+def open_run_with_progress(path: str, jobs: int | None = None, *, runner: Any = None, progress: Any = None,
+                           ranks: list[int] | None = None, allow_partial: bool = False) -> Any:
     """Open a run, with a progress bar on stderr while traces are parsed (only on a terminal)."""
     from commprof.run import open_run
 
-    if not sys.stderr.isatty():
-        return open_run(path, jobs=jobs, allow_partial=allow_partial)
-    from rich.progress import Progress
-
-    with Progress(transient=True) as bar:
-        task = bar.add_task("parsing traces", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        return open_run(path, jobs=jobs, progress=progress, allow_partial=allow_partial)
+    if runner is not None:
+        return open_run(path, runner=runner, progress=progress, ranks=ranks, allow_partial=allow_partial)
+    with work_session(jobs) as (own, bar):
+        return open_run(path, runner=own, progress=bar, ranks=ranks, allow_partial=allow_partial)
 
 
 def write_output(text: str, output: Path | None) -> None:

@@ -25,7 +25,7 @@ def diff(a: str, b: str, jobs: int | None, allow_partial: bool, fmt: str, output
     from commprof.report import diff as diff_report
 
     def opener(p: str) -> Any:
-        return open_run_with_progress(p, jobs, allow_partial)
+        return open_run_with_progress(p, jobs, allow_partial=allow_partial)
 
     left, right = inputs.load(a, opener), inputs.load(b, opener)
     doc = diff_report.build(left.report, right.report, a, b)

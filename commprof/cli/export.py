@@ -26,7 +26,7 @@ def export(path: str, perfetto_path: Path, split_dir: Path | None, jobs: int | N
     from commprof.export import perfetto
     from commprof.ingest.exports import split_by_rank
 
-    run = open_run_with_progress(path, jobs, allow_partial)
+    run = open_run_with_progress(path, jobs, allow_partial=allow_partial)
     trace = perfetto.build(commprof.analyze(run))
     try:
         perfetto.write(trace, perfetto_path)

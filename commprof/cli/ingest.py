@@ -14,7 +14,7 @@ from commprof.cli.common import allow_partial_option, open_run_with_progress
 @allow_partial_option
 def ingest(path: str, jobs: int | None, allow_partial: bool) -> None:
     """Parse a run's traces into its tables/ cache and say what was found."""
-    run = open_run_with_progress(path, jobs, allow_partial)
+    run = open_run_with_progress(path, jobs, allow_partial=allow_partial)
     ing = run.ingested
     click.echo(
         f"{run.path}: {len(run.rank_files)} trace(s), {ing.parsed} parsed, "

@@ -18,7 +18,9 @@ def render() -> str:
     for name in sorted(COMMANDS):
         command = main.get_command(ctx, name)
         assert command is not None
-        sub = command.make_context(f"commprof {name}", [], parent=ctx, resilient_parsing=True)
+        # info_name is the command's own name: click prefixes the parent's ("commprof"), so the usage line
+        # reads as the user types it
+        sub = command.make_context(name, [], parent=ctx, resilient_parsing=True)
         out += [f"## commprof {name}", "", "```", command.get_help(sub), "```", ""]
     return "\n".join(out)
 

@@ -59,6 +59,15 @@ def _offsets(text: str | None) -> tuple[float, ...]:
 @click.option("--straggler", metavar="RANK[:+US]", help="this rank's GPU is US µs (default 1000) slower every step")
 @click.option("--slow-link", metavar="HOST", help="this host's NICs run at a quarter of their speed")
 @click.option("--tp-across-nodes", is_flag=True, help="bad placement: ranks dealt round-robin over hosts")
+@click.option("--socket-fallback", is_flag=True,
+              help="IB/RoCE NICs present, but NCCL uses TCP sockets (NCCL_IB_DISABLE=1): network at Ethernet speed")
+@click.option("--alltoall-imbalance", default=1.0, show_default=True, metavar="X",
+              help="EP: each group's first member (a hot expert) gets X times the mean tokens per all-to-all")
+@click.option("--desync", type=int, metavar="RANK",
+              help="this rank calls all_gather where its innermost group calls all_reduce (last step)")
+@click.option("--nccl-fault", "nccl_faults", multiple=True, type=click.Choice(["gdr-off", "p2p-off", "nvls-off"]),
+              help="NCCL set-up faults in the logs only: GPUDirect RDMA disabled, P2P disabled (SHM), NVLS unavailable")
+@click.option("--flight-recorder", is_flag=True, help="also write Flight Recorder dumps (raw/flight_recorder/)")
 @click.option("--clock-offset-us", metavar="US[,US...]",
               help="host clocks: one value (host h is off by h×US) or one per host")
 @click.option("--group-names", type=click.Choice(["megatron", "mesh"]), default="megatron", show_default=True,
@@ -71,7 +80,9 @@ def _offsets(text: str | None) -> tuple[float, ...]:
 def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, micro_batches: int, layers: int,
           model_size: float, tokens: int, gpu_tflops: float, intra: str, network: str, nccl_version: str,
           dp_overlap: str, dp_buckets: int, fsdp: bool, straggler: str | None, slow_link: str | None,
-          tp_across_nodes: bool, clock_offset_us: str | None, group_names: str, jitter: float,
+          tp_across_nodes: bool, socket_fallback: bool, alltoall_imbalance: float, desync: int | None,
+          nccl_faults: tuple[str, ...], flight_recorder: bool, clock_offset_us: str | None, group_names: str,
+          jitter: float,
           kernels_per_phase: int, seed: int, force: bool) -> None:
     """Write a synthetic run directory to OUT that reads like one `commprof record` made on a GPU
     cluster (Kineto traces, NCCL logs, topology, manifest marked synthetic) and truth.json beside the
@@ -87,6 +98,8 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
                       gpu_tflops=gpu_tflops, intra=intra, network=network, nccl_version=parse_version(nccl_version),
                       dp_overlap=dp_overlap == "on", dp_buckets=dp_buckets, fsdp=fsdp, straggler=rank,
                       straggler_us=delay, slow_link=slow_link, tp_across_nodes=tp_across_nodes,
+                      socket_fallback=socket_fallback, alltoall_imbalance=alltoall_imbalance, desync=desync,
+                      nccl_faults=tuple(nccl_faults), flight_recorder=flight_recorder,
                       clock_offsets_us=_offsets(clock_offset_us), group_names=group_names, jitter=jitter,
                       kernels_per_phase=kernels_per_phase, seed=seed)
     if out.exists() and any(out.iterdir()):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,12 @@ NCCL_COMMS = pl.Schema({"comm_id": pl.String(), "ranks": pl.List(pl.Int32()), "t
                         "ops": pl.List(pl.String()), "colls": pl.Int64(), "link_gbps": pl.Float64()})
 TOPOLOGY = pl.Schema({"host": pl.String, "gpu_a": pl.Int32, "gpu_b": pl.Int32, "path": pl.String})
 IB_PORTS = pl.Schema({"host": pl.String, "link_layer": pl.String, "gbps": pl.Float64})
+# Per host, what NCCL's set-up chose (the findings' evidence for Socket fallback, GDR/P2P disabled, NVLS):
+# links are distinct (communicator, channel, from, to) connections the logs printed.
+_COUNTS = ("ib_nics", "gdr_enabled_nics", "gdr_disabled_nics", "net_links", "socket_links", "ib_links", "gdr_links",
+           "p2p_links", "shm_links")
+NCCL_SETUP = pl.Schema({"host": pl.String(), "processes": pl.Int64(), "networks": pl.List(pl.String()),
+                        **{c: pl.Int64() for c in _COUNTS}, "nvls_available": pl.Boolean(), "nvls_comms": pl.Int64()})
 FLIGHT_RECORDER = pl.Schema({
     "rank": pl.Int32, "record_id": pl.Int64, "pg": pl.String, "pg_desc": pl.String, "seq": pl.Int64,
     "p2p_seq": pl.Int64, "op": pl.String, "is_p2p": pl.Boolean, "state": pl.String, "bytes_in": pl.Int64,
@@ -39,6 +45,7 @@ class SidecarTables:
     ib_ports: pl.DataFrame  # active InfiniBand/RoCE ports per host
     flight_recorder: pl.DataFrame  # one row per Flight Recorder entry
     warnings: tuple[str, ...] = ()
+    nccl_setup: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NCCL_SETUP))  # one row per host
 
     def communicators(self) -> list[CommInfo]:
         return [CommInfo(r["comm_id"], frozenset(r["ranks"]), r["tier"], set(r["ops"]), r["colls"], r["link_gbps"])
@@ -58,7 +65,8 @@ class SidecarTables:
 
 def empty_sidecars() -> SidecarTables:
     return SidecarTables(pl.DataFrame(schema=NCCL_COMMS), pl.DataFrame(schema=TOPOLOGY),
-                         pl.DataFrame(schema=IB_PORTS), pl.DataFrame(schema=FLIGHT_RECORDER))
+                         pl.DataFrame(schema=IB_PORTS), pl.DataFrame(schema=FLIGHT_RECORDER),
+                         nccl_setup=pl.DataFrame(schema=NCCL_SETUP))
 
 
 def _inputs(root: Path) -> list[Path]:
@@ -100,24 +108,63 @@ def load_sidecars(root: Path, ranks: pl.DataFrame, world_size: int | None, cache
     if cached is not None:
         return cached
     warnings: list[str] = []
-    tables = SidecarTables(_nccl_comms(root, ranks, world_size, warnings), *_topology(root),
-                           read_flight_recorder(root / "raw" / "flight_recorder", warnings), tuple(warnings))
+    comms, setup = _nccl_comms(root, ranks, world_size, warnings)
+    tables = SidecarTables(comms, *_topology(root), read_flight_recorder(root / "raw" / "flight_recorder", warnings),
+                           tuple(warnings), setup)
     _write_cache(folder, key, tables)
     return tables
 
 
-def _nccl_comms(root: Path, ranks: pl.DataFrame, world_size: int | None, warnings: list[str]) -> pl.DataFrame:
+def _nccl_comms(root: Path, ranks: pl.DataFrame, world_size: int | None,
+                warnings: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     from commprof.ingest.nccl import build_tables, load_nccl
 
     try:
         nccl = load_nccl(root)
     except CommprofError:
-        return pl.DataFrame(schema=NCCL_COMMS)
+        return pl.DataFrame(schema=NCCL_COMMS), pl.DataFrame(schema=NCCL_SETUP)
     tables = build_tables(nccl.logs, nccl.topologies, nccl.graphs)
     comms = comm_rank_sets(tables, ranks, world_size, warnings)
     rows = [{"comm_id": c.comm_id, "ranks": sorted(c.ranks), "tier": c.tier, "ops": sorted(c.ops),
              "colls": c.colls, "link_gbps": c.link_gbps} for c in comms]
-    return pl.DataFrame(rows, schema=NCCL_COMMS)
+    return pl.DataFrame(rows, schema=NCCL_COMMS), _nccl_setup(nccl.logs.processes, tables.nccl_links,
+                                                              tables.nccl_nics, tables.nccl_comms)
+
+
+def _nccl_setup(processes: list[Any], links: pl.DataFrame, nics: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
+    """Per host: networks NCCL said it uses, its IB/RoCE NICs and their GDR state, connections by transport."""
+    hosts = sorted({p.host for p in processes if p.host})
+    if not hosts:
+        return pl.DataFrame(schema=NCCL_SETUP)
+    conn = links.filter(pl.col("host").is_not_null() & (pl.col("transport") != "nvls")).unique(
+        ["comm_id", "host", "channel", "from_rank", "to_rank", "transport", "direction"])
+    net = pl.col("transport") == "net"
+    detail = pl.col("detail").fill_null("").str.to_lowercase()
+    per_link = conn.group_by("host").agg(
+        net.sum().alias("net_links"), (net & (detail == "socket")).sum().alias("socket_links"),
+        (net & detail.str.starts_with("ib")).sum().alias("ib_links"),
+        (net & pl.col("gdrdma").fill_null(False)).sum().alias("gdr_links"),
+        (pl.col("transport") == "p2p").sum().alias("p2p_links"),
+        (pl.col("transport") == "shm").sum().alias("shm_links"))
+    ib = nics.filter(pl.col("network").is_in(["ib", "roce"]))
+    per_nic = ib.group_by("host").agg(pl.len().alias("ib_nics"),
+                                      pl.col("gdr").fill_null(False).sum().alias("gdr_enabled_nics"),
+                                      (~pl.col("gdr").fill_null(True)).sum().alias("gdr_disabled_nics"))
+    nvls_comms = comms.filter(pl.col("nvls").fill_null(False)).group_by("host").agg(
+        pl.col("comm_id").n_unique().alias("nvls_comms"))
+    rows = []
+    for host in hosts:
+        procs = [p for p in processes if p.host == host]
+        nvls = [p.nvls_available for p in procs if p.nvls_available is not None]
+        rows.append({"host": host, "processes": len(procs),
+                     "networks": sorted({p.net_name for p in procs if p.net_name}),
+                     "nvls_available": any(nvls) if nvls else None})
+    out = pl.DataFrame(rows, schema={"host": pl.String, "processes": pl.Int64, "networks": pl.List(pl.String),
+                                     "nvls_available": pl.Boolean})
+    for part in (per_link, per_nic, nvls_comms):
+        out = out.join(part, on="host", how="left")
+    return out.with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in (*_COUNTS, "nvls_comms")).select(
+        list(NCCL_SETUP))
 
 
 def _topology(root: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -212,10 +259,10 @@ def _read_cache(folder: Path, key: str) -> SidecarTables | None:
         frames = [pl.read_parquet(folder / f"{name}.parquet") for name in _NAMES]
     except (OSError, ValueError, RecursionError, pl.exceptions.PolarsError):
         return None
-    return SidecarTables(frames[0], frames[1], frames[2], frames[3], tuple(meta.get("warnings") or ()))
+    return SidecarTables(frames[0], frames[1], frames[2], frames[3], tuple(meta.get("warnings") or ()), frames[4])
 
 
-_NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder")
+_NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder", "nccl_setup")
 
 
 def _write_cache(folder: Path, key: str, tables: SidecarTables) -> None:

@@ -1,12 +1,14 @@
 """The Parquet cache under ``tables/``: one set of files per raw trace, keyed by the trace's size,
 mtime and the ingest version, so that a stale table is never used and a changed rank is re-parsed
-alone. Raw traces are parsed in parallel processes.
+alone. Raw traces are parsed as one task each on a runner (commprof.ingest.runner).
 
 Layout::
 
-    tables/_index.json                 {ingest_version, files: {relpath: {size, mtime_ns, stem}}}
+    tables/_index.json                 {ingest_version, files: {relpath: {size, mtime_ns, stem, meta}}}
     tables/<table>/<stem>.parquet      intervals, collectives, step_marks, process_groups
-    tables/meta/<stem>.json            the trace's rank identity and warnings
+
+``meta`` is the trace's rank identity and warnings: a re-open of a 1,000-rank run reads one index
+instead of a thousand small files, and a ``--ranks`` subset learns which files to open from it.
 """
 
 from __future__ import annotations
@@ -14,15 +16,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import multiprocessing
 import os
-import sys
 import tempfile
 import zlib
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +28,13 @@ import polars as pl
 from commprof.errors import InputError, TruncatedTraceError
 from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
-from commprof.ingest.kineto import RankTrace, extract
+from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
 from commprof.ingest.rank_sidecar import clean_sidecar
+from commprof.ingest.runner import ProgressFn, Runner, make_runner
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.stream import NotATraceError
 
 TABLES = ("intervals", "collectives", "step_marks", "process_groups")
-# raw bytes to parse (compressed, for .gz) before worker processes pay off; COMMPROF_PARALLEL_MIN_BYTES overrides
-PARALLEL_MIN_BYTES = 8 << 20
 INDEX = "_index.json"
 
 
@@ -165,41 +161,25 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
     }
     for table in TABLES:
         _write_frame(getattr(rank_trace, table), cache / table / f"{entry.stem}.parquet")
-    _atomic_write_bytes(cache / "meta" / f"{entry.stem}.json", json.dumps(meta).encode())
     return meta
 
 
-def _parse_many(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable[[], None],
-                sidecars: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    results: dict[str, dict[str, Any]] = {}
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    # "spawn" re-imports the caller's main script: one that is not a file (python -, -c) cannot be
-    # worker processes cost ~0.3 s each to start (spawn + imports): only worth it for real work
-    threshold = int(os.environ.get("COMMPROF_PARALLEL_MIN_BYTES", PARALLEL_MIN_BYTES))
-    big_enough = sum(e.size for e in todo) >= threshold
-    if len(todo) > 1 and jobs > 1 and big_enough and (main_file is None or os.path.exists(main_file)):
-        _parse_in_workers(todo, cache, jobs, on_done, sidecars, results)
-    for entry in todo:
-        if entry.rel not in results:
-            results[entry.rel] = parse_one(entry, cache, sidecars)
-            on_done()
-    return [results[entry.rel] for entry in todo]
-
-
-def _parse_in_workers(todo: list[FileEntry], cache: Path, jobs: int, on_done: Callable[[], None],
-                      sidecars: list[dict[str, Any]], results: dict[str, dict[str, Any]]) -> None:
-    # "spawn", not fork: the parent runs polars' thread pool, and a forked child can inherit a held lock
-    context = multiprocessing.get_context("spawn")
-    try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
-            futures = [pool.submit(parse_one, entry, cache, sidecars) for entry in todo]
-            for entry, fut in zip(todo, futures, strict=True):
-                results[entry.rel] = fut.result()
-                on_done()
-    except BrokenProcessPool:
-        # Workers could not start: e.g. a script calling open_run() without an
-        # ``if __name__ == "__main__":`` guard, which "spawn" re-imports. The caller parses the rest.
-        return
+def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: list[dict[str, Any]],
+               progress: ProgressFn | None) -> list[dict[str, Any]]:
+    """Parse every trace on the runner, one task per file. A file whose parse fails (corrupt gzip, a
+    bug) becomes a skipped entry with its error: it is reported, the other ranks complete, and it is
+    not cached, so the next open tries it again."""
+    if runner.remote:  # the workers do not share our working directory
+        todo = [replace(e, path=e.path.absolute(), label=e.label or str(e.path)) for e in todo]
+    outcomes = runner.run(parse_one, [(e, cache, sidecars) for e in todo], [e.size for e in todo], "ingest", progress)
+    metas = []
+    for entry, outcome in zip(todo, outcomes, strict=True):
+        if outcome.error is None:
+            metas.append(outcome.value)
+            continue
+        metas.append({"file": entry.label or str(entry.path), "rel": entry.rel, "skipped": outcome.error,
+                      "failed": True, "warnings": [f"{outcome.error}; rank skipped, the other ranks are analyzed"]})
+    return metas
 
 
 def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], str]:
@@ -245,7 +225,7 @@ def _fresh(entry: FileEntry, known: dict[str, Any], cache: Path) -> bool:
     rec = known.get(entry.rel)
     if not rec or rec.get("size") != entry.size or rec.get("mtime_ns") != entry.mtime_ns:
         return False
-    if rec.get("stem") != entry.stem or not (cache / "meta" / f"{entry.stem}.json").is_file():
+    if rec.get("stem") != entry.stem or not isinstance(rec.get("meta"), dict):
         return False
     return all((cache / t / f"{entry.stem}.parquet").is_file() for t in TABLES)
 
@@ -256,12 +236,30 @@ class Ingested:
     entries: list[FileEntry]
     metas: list[dict[str, Any]]  # in entry order
     parsed: int  # how many traces were (re)parsed rather than read from the cache
+    left_out: int = 0  # trace files not opened because their rank is not among the ranks asked for
     problems: list[str] = field(default_factory=list)  # sidecar fields dropped, and why
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """Files that could not be read (each with its one-line error): reported and skipped."""
+        return [m for m in self.metas if m.get("failed")]
+
+
+def _known_rank(entry: FileEntry, rec: dict[str, Any] | None) -> int | None:
+    """The rank of a trace without opening it: from the cache's index, else its file name."""
+    meta = (rec or {}).get("meta") or {}
+    if meta.get("rank") is not None and meta.get("rank_source") != "file order":
+        return int(meta["rank"])
+    return rank_from_file_name(entry.label.rsplit("#", 1)[-1] if "#" in entry.label else entry.rel)
 
 
 def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
-           progress: Callable[[int, int], None] | None = None) -> Ingested:
-    cache = cache or default_cache_dir(source)
+           progress: ProgressFn | None = None, runner: Runner | None = None,
+           ranks: frozenset[int] | None = None) -> Ingested:
+    """Parse what is not cached (on ``runner``; a local pool sized to the machine by default) and
+    return every trace's cache entry. ``ranks``: only the traces of these ranks are opened (a trace
+    whose rank is known neither from the cache nor from its file name is opened to learn it)."""
+    cache = (cache or default_cache_dir(source)).absolute()
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -269,31 +267,29 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     problems: list[str] = []
     sidecars, sidecar_key = read_sidecars(source, problems)
     known = _read_index(cache, sidecar_key)
-    entries = _expand_exports(_entries(source), cache, known)
+    everything = _expand_exports(_entries(source), cache, known)
+    entries = everything
+    if ranks is not None:
+        entries = [e for e in everything if _known_rank(e, known.get(e.rel)) in ranks
+                   or _known_rank(e, known.get(e.rel)) is None]
     todo = [e for e in entries if not _fresh(e, known, cache)]
-    done = [0]
-
-    def tick() -> None:
-        done[0] += 1
-        if progress:
-            progress(done[0], len(todo))
-
-    fresh_metas = {m["rel"]: m for m in _parse_many(todo, cache, jobs or (os.cpu_count() or 1), tick, sidecars)}
-    metas = []
-    for entry in entries:
-        if entry.rel in fresh_metas:
-            metas.append(fresh_metas[entry.rel])
-        else:
-            metas.append(json.loads((cache / "meta" / f"{entry.stem}.json").read_text()))
+    own = runner or make_runner(jobs)
+    try:
+        fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress)}
+    finally:
+        if runner is None:
+            own.close()
+    metas = [fresh_metas[e.rel] if e.rel in fresh_metas else known[e.rel]["meta"] for e in entries]
     _refuse_if_no_traces(source, metas)
-    if todo or set(known) != {e.rel for e in entries}:
-        index = {
-            "ingest_version": INGEST_VERSION,
-            "sidecars": sidecar_key,
-            "files": {e.rel: {"size": e.size, "mtime_ns": e.mtime_ns, "stem": e.stem} for e in entries},
-        }
+    listed = {e.rel for e in everything}
+    if todo or set(known) != listed:
+        files = {rel: rec for rel, rec in known.items() if rel in listed}  # ranks left out stay as they were
+        for entry, meta in zip(entries, metas, strict=True):
+            rec = {"size": entry.size, "mtime_ns": entry.mtime_ns, "stem": entry.stem}
+            files[entry.rel] = {**rec, "meta": meta} if not meta.get("skipped") else rec
+        index = {"ingest_version": INGEST_VERSION, "sidecars": sidecar_key, "files": files}
         _atomic_write_bytes(cache / INDEX, json.dumps(index, indent=1).encode())
-    return Ingested(cache, entries, metas, len(todo), problems)
+    return Ingested(cache, entries, metas, len(todo), len(everything) - len(entries), problems)
 
 
 def _refuse_if_no_traces(source: Source, metas: list[dict[str, Any]]) -> None:

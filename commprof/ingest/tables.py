@@ -7,7 +7,7 @@ holds one rank's intervals in memory at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,16 +42,34 @@ class RunTables:
     sidecars: SidecarTables = field(default_factory=empty_sidecars)
     warnings: tuple[str, ...] = ()
 
-    def rank_intervals(self) -> Iterator[tuple[int, pl.DataFrame]]:
-        """(rank, intervals) one rank at a time."""
+    def rank_intervals(self, columns: Sequence[str] | None = None,
+                       ranks: Collection[int] | None = None) -> Iterator[tuple[int, pl.DataFrame]]:
+        """(rank, intervals) one rank at a time; only ``columns`` are read (projection pushdown: the
+        ``name`` strings are most of the bytes) and only ``ranks`` are opened."""
         for rank, path in self.interval_files:
-            frame = pl.read_parquet(path)
-            if frame.height and frame["rank"][0] != rank:  # rank assumed from file order
-                frame = frame.with_columns(pl.lit(rank, pl.Int32).alias("rank"))
-            yield rank, frame
+            if ranks is None or rank in ranks:
+                yield rank, read_rank_intervals(rank, path, columns)
 
-    def intervals(self, ranks: list[int] | None = None) -> pl.DataFrame:
-        """Intervals of the given ranks (all when None) as one frame."""
+    def intervals(self, ranks: list[int] | None = None, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """Intervals of the given ranks (all when None) as one frame, read as one lazy scan over only
+        those ranks' files."""
         wanted = None if ranks is None else set(ranks)
-        frames = [f for r, f in self.rank_intervals() if wanted is None or r in wanted]
-        return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=INTERVALS)
+        scans = [_scan_rank(r, p, columns) for r, p in self.interval_files if wanted is None or r in wanted]
+        if not scans:
+            return pl.DataFrame(schema={c: t for c, t in INTERVALS.items() if columns is None or c in columns})
+        return pl.concat(scans, how="vertical_relaxed").collect()
+
+
+def _scan_rank(rank: int, path: Path, columns: Sequence[str] | None) -> pl.LazyFrame:
+    scan = pl.scan_parquet(path)
+    if columns is not None:
+        names = scan.collect_schema().names()
+        scan = scan.select([c for c in columns if c in names])
+    # the file's rank is 0 when the rank was assumed from file order: the run's number wins
+    return scan.with_columns(pl.lit(rank, pl.Int32).alias("rank")) if columns is None or "rank" in columns else scan
+
+
+def read_rank_intervals(rank: int, path: Path, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """One rank's intervals from its Parquet file (also what a worker process calls: a path in, a
+    frame out)."""
+    return _scan_rank(rank, path, columns).collect()

@@ -25,6 +25,10 @@ class TraceBuilder:
     gpu: int = 0
     base_ns: int = 1_700_000_000_000_000_000
     host: str | None = "synthetic-host"
+    # When set, every kernel and memcpy also gets its CUDA runtime launch (``cudaLaunchKernel`` /
+    # ``cudaMemcpyAsync``, same ``correlation``) on the main thread this many µs before it starts, as real
+    # GPU traces have: --hta-compat keeps a kernel by its launch time and drops kernels without one.
+    launch_lead_us: float | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def _x(self, cat: str, name: str, start: float, dur: float, pid: Any, tid: Any, args: dict[str, Any]) -> None:
@@ -36,9 +40,19 @@ class TraceBuilder:
         self._x("user_annotation", f"ProfilerStep#{number}", start, end - start, CPU_PID, tid, {})
         return self
 
+    def _launch(self, runtime_call: str, start: float) -> int:
+        """The next correlation id; with ``launch_lead_us`` set, the launching runtime call too."""
+        corr = len(self.events)
+        if self.launch_lead_us is not None:
+            at = start - self.launch_lead_us
+            self._x("cuda_runtime", runtime_call, at, min(1.0, self.launch_lead_us), CPU_PID, MAIN_TID,
+                    {"correlation": corr})
+        return corr
+
     def kernel(self, name: str, start: float, end: float, stream: int = 7, **args: Any) -> TraceBuilder:
+        corr = self._launch("cudaLaunchKernel", start)
         self._x("kernel", name, start, end - start, self.gpu, stream,
-                {"device": self.gpu, "stream": stream, "correlation": len(self.events), **args})
+                {"device": self.gpu, "stream": stream, "correlation": corr, **args})
         return self
 
     def compute(self, start: float, end: float, stream: int = 7) -> TraceBuilder:
@@ -51,8 +65,9 @@ class TraceBuilder:
         return self.kernel(name, start, end, stream, **args)
 
     def memcpy(self, start: float, end: float, stream: int = 7) -> TraceBuilder:
+        corr = self._launch("cudaMemcpyAsync", start)
         self._x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", start, end - start, self.gpu, stream,
-                {"device": self.gpu, "stream": stream, "correlation": len(self.events)})
+                {"device": self.gpu, "stream": stream, "correlation": corr})
         return self
 
     def cpu(self, name: str, start: float, end: float, tid: int = MAIN_TID, cat: str = "cpu_op",

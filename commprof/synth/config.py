@@ -18,6 +18,7 @@ DIMS = ("tp", "cp", "ep", "dp", "pp")
 MEGATRON_ORDER = DIMS
 INTRA_TIERS = ("nvlink", "pcie")
 NETWORKS = ("ib", "roce", "ethernet")
+NCCL_FAULTS = ("gdr-off", "p2p-off", "nvls-off")
 NCCL_MIN, NCCL_MAX = (2, 18, 1), (2, 30, 7)
 
 
@@ -67,6 +68,11 @@ class SynthConfig:
     straggler_us: float = 1000.0
     slow_link: str | None = None  # a host whose NIC runs at a quarter of its speed
     tp_across_nodes: bool = False
+    socket_fallback: bool = False  # IB/RoCE NICs present, but NCCL runs over TCP sockets (NCCL_IB_DISABLE, no plugin)
+    alltoall_imbalance: float = 1.0  # EP: the first member of each EP group gets this many times the mean tokens
+    desync: int | None = None  # this rank calls all_gather where its TP (innermost) group calls all_reduce, last step
+    nccl_faults: tuple[str, ...] = ()  # log-only set-up faults: gdr-off, p2p-off, nvls-off
+    flight_recorder: bool = False  # write Flight Recorder dumps (raw/flight_recorder/rank-N.json)
     clock_offsets_us: tuple[float, ...] = ()
     jitter: float = 0.005  # compute kernels vary by up to ± this fraction, per rank and seed
     kernels_per_phase: int = 1  # split compute phases into this many back-to-back kernels
@@ -109,6 +115,22 @@ class SynthConfig:
             raise UsageError(f"--group-names must be megatron or mesh, not {self.group_names!r}")
         if self.tp_across_nodes and self.nodes < 2:
             raise UsageError("--tp-across-nodes needs at least 2 nodes")
+        if self.socket_fallback and (self.network == "ethernet" or self.nodes < 2):
+            raise UsageError("--socket-fallback needs --network ib or roce and at least 2 nodes")
+        if self.alltoall_imbalance < 1:
+            raise UsageError(f"--alltoall-imbalance must be at least 1 (balanced), not {self.alltoall_imbalance}")
+        if self.alltoall_imbalance > 1 and self.size("ep") < 2:
+            raise UsageError("--alltoall-imbalance needs an ep dimension of at least 2 in --layout")
+        if self.alltoall_imbalance > self.size("ep") > 1:
+            raise UsageError(f"--alltoall-imbalance: at most the EP size ({self.size('ep')}: "
+                             "one rank gets every token)")
+        if self.desync is not None and not 0 <= self.desync < self.world_size:
+            raise UsageError(f"--desync: rank {self.desync} is not in 0..{self.world_size - 1}")
+        if self.desync is not None and self.world_size < 2:
+            raise UsageError("--desync needs at least 2 ranks")
+        for fault in self.nccl_faults:
+            if fault not in NCCL_FAULTS:
+                raise UsageError(f"--nccl-fault: {fault!r} is not one of {', '.join(NCCL_FAULTS)}")
 
     # ----------------------------------------------------------------------------------- layout
 
@@ -162,6 +184,11 @@ class SynthConfig:
         if len(self.clock_offsets_us) == 1:
             return round(self.clock_offsets_us[0] * 1000 * host_index)
         return round(self.clock_offsets_us[host_index] * 1000)
+
+    @property
+    def net_used(self) -> str:
+        """The network NCCL actually runs over: TCP sockets when it fell back, else the network."""
+        return "ethernet" if self.socket_fallback else self.network
 
     @property
     def kernel_naming(self) -> str:

@@ -32,7 +32,7 @@ def group_tier(cfg: SynthConfig, ranks: tuple[int, ...]) -> tuple[str, tuple[str
     hosts = tuple(sorted({cfg.host(r) for r in ranks}))
     if len(hosts) == 1:
         return cfg.intra, hosts, False
-    return cfg.network, hosts, cfg.slow_link in hosts
+    return cfg.net_used, hosts, cfg.slow_link in hosts
 
 
 def build_groups(cfg: SynthConfig) -> list[Group]:

@@ -62,7 +62,9 @@ class LogWriter:
         self.emit(rank, f"{boot} eth0:10.0.{h}.1<0>")
         self.emit(rank, "cudaDriverVersion 12040")
         self.emit(rank, "NCCL_SOCKET_IFNAME set by environment to eth0")
-        if c.network == "ethernet":
+        if c.net_used == "ethernet":
+            if c.socket_fallback:  # NCCL_IB_DISABLE=1 (or a missing plugin): the IB NICs go unused
+                self.emit(rank, "NCCL_IB_DISABLE set by environment to 1.")
             self.emit(rank, f"NET/Socket : Using [0]eth0:10.0.{h}.1<0>")
             if self.at_least(2, 30, 0):
                 self.emit(rank, f"Found network interface eth0 with speed {self.nic_mbps(rank)} Mbps")
@@ -76,12 +78,13 @@ class LogWriter:
                 self.emit(rank, f"NET/IB: [{i}] mlx5_{i}:uverbs{i}:1/{layer} provider=Mlx5 "
                                 f"speed={self.nic_mbps(rank)}(Mbps) context=0x7f12a0{i:04x} "
                                 f"pciPath=/sys/devices/pci0000:00/0000:00:0{i}.0 ar=0")
+        state = "Disabled" if "gdr-off" in c.nccl_faults else "Enabled"
         for i in range(NICS):
-            self.emit(rank, f"NET/IB : GPU Direct RDMA Enabled for HCA {i} 'mlx5_{i}'")
+            self.emit(rank, f"NET/IB : GPU Direct RDMA {state} for HCA {i} 'mlx5_{i}'")
         self.emit(rank, "Using network IB")
 
     def nic_mbps(self, rank: int) -> int:
-        speed = NIC_MBPS[self.cfg.network]
+        speed = NIC_MBPS[self.cfg.net_used]
         return int(speed * SLOW_LINK_FACTOR) if self.cfg.host(rank) == self.cfg.slow_link else speed
 
     # -------------------------------------------------------------------------------- communicator
@@ -109,6 +112,9 @@ class LogWriter:
                              f"localRanks {len(local)} localRank {local.index(r)} MNNVL 0")
             self.emit(r, f"Setting affinity for GPU {self.cfg.local_rank(r)} to ffff,ffffffff")
             nvls = self.cfg.intra == "nvlink" and len(local) > 2 and self.at_least(2, 20, 0)
+            if nvls and "nvls-off" in self.cfg.nccl_faults:  # NVSwitch multicast unusable (fabric manager, driver)
+                nvls = False
+                self.emit(r, f"NVLS multicast support is not available on dev {self.cfg.local_rank(r)}")
             if nvls:
                 extra = " (NVLS_NCHANNELS 16)" if (2, 27, 0) <= self.v < (2, 30, 0) else ""
                 self.emit(r, f"NVLS multicast support is available on dev {self.cfg.local_rank(r)}{extra}")
@@ -165,20 +171,23 @@ class LogWriter:
         ga, gb = g.ranks[a], g.ranks[b]
         head = f"Channel {c:02d}/0 : {a}[{self.dev(ga)}] -> {b}[{self.dev(gb)}]"
         if self.cfg.host(ga) == self.cfg.host(gb):
+            if "p2p-off" in self.cfg.nccl_faults:  # NCCL_P2P_DISABLE=1: GPUs of a host talk through host memory
+                self.emit(me, f"{head} via SHM/direct/direct")
+                return
             kind = "CUMEM" if self.at_least(2, 19, 0) else "IPC"
             self.emit(me, f"{head} via P2P/{kind}/read")
             return
         nic = self.cfg.local_rank(me) % NICS
-        if self.cfg.network == "ethernet":
+        if self.cfg.net_used == "ethernet":
             self.emit(me, f"{head} [{side}] via NET/Socket/0/Shared")
             return
-        flags = "/GDRDMA(PCI)" if self.at_least(2, 26, 0) else "/GDRDMA"
+        flags = "" if "gdr-off" in self.cfg.nccl_faults else "/GDRDMA(PCI)" if self.at_least(2, 26, 0) else "/GDRDMA"
         self.emit(me, f"{head} [{side}] via NET/IB/{nic}{flags}/Shared")
 
     def done(self, g: Group, i: int, nvls: bool) -> None:
         r, n = g.ranks[i], g.size
         if self.at_least(2, 24, 0):
-            self.emit(r, "Connected all rings, use ring PXN 0 GDR 1")
+            self.emit(r, f"Connected all rings, use ring PXN 0 GDR {0 if 'gdr-off' in self.cfg.nccl_faults else 1}")
         else:
             self.emit(r, "Connected all rings")
         self.emit(r, "Connected all trees")

@@ -72,6 +72,9 @@ class _Builder:
         self.seq: dict[str, int] = defaultdict(int)
         self.p2p: dict[tuple[int, int], int] = defaultdict(int)
         self.rng = random.Random(cfg.seed * 1_000_003 + rank)
+        self.step = 0
+        inner = next((d for d in cfg.order if cfg.size(d) > 1), None)
+        self.desync_dim = inner if cfg.desync == rank else None  # cleared once the odd call is made
 
     def compute(self, dur: int, name: str, extra: int = 0) -> None:
         jitter = 1 + self.rng.uniform(-self.cfg.jitter, self.cfg.jitter)
@@ -83,8 +86,17 @@ class _Builder:
             return
         self.seq[g.name] += 1
         seq = self.seq[g.name]
-        call = Call(g.name, g.desc, g.ranks, op, nbytes, seq)
         dur = duration_ns(op, nbytes, g.size, g.tier, g.slow)
+        if op == "all_to_all" and self.cfg.alltoall_imbalance > 1:
+            # the hot expert (the group's first member) gets imbalance x the mean tokens, the others share the
+            # rest; the call lasts until the hot share has moved, on every member
+            hot = round(nbytes * self.cfg.alltoall_imbalance)
+            dur = duration_ns(op, hot, g.size, g.tier, g.slow)
+            cold = round(nbytes * (g.size - self.cfg.alltoall_imbalance) / (g.size - 1))
+            nbytes = hot if g.ranks[0] == self.rank else cold
+        if self.desync_dim == dim and self.step == self.cfg.steps - 1:
+            op, nbytes, self.desync_dim = "all_gather", nbytes // g.size, None  # same seq, another op and size
+        call = Call(g.name, g.desc, g.ranks, op, nbytes, seq)
         self.prog.append(Comm((g.name, seq), g.size, stream or STREAM[dim], dur, call, blocking))
 
     def p2p_op(self, peer_stage: int, send: bool, nbytes: int, stream: int) -> None:
@@ -97,7 +109,7 @@ class _Builder:
         call = Call(g.name, g.desc, g.ranks, "send" if send else "recv", nbytes, None, peer)
         pair = (self.rank, peer)
         slow = self.cfg.slow_link in {self.cfg.host(r) for r in pair}
-        tier = self.cfg.intra if self.cfg.host(peer) == self.cfg.host(self.rank) else self.cfg.network
+        tier = self.cfg.intra if self.cfg.host(peer) == self.cfg.host(self.rank) else self.cfg.net_used
         dur = duration_ns("send", nbytes, 2, tier, slow)
         self.prog.append(Comm(("p2p", src, dst, n), 2, stream, dur, call, blocking=not send))
 
@@ -135,6 +147,7 @@ def rank_program(cfg: SynthConfig, index: GroupIndex, model: Model, rank: int) -
     act = model.act_bytes
     dp = cfg.size("dp") > 1
     for step in range(cfg.steps):
+        b.step = step
         b.prog.append(Mark(step))
         b.prog.append(Compute(MEMCPY_NS, "Memcpy HtoD (Pageable -> Device)", 1, "memory"))
         if cfg.fsdp and dp:

@@ -24,8 +24,10 @@ from commprof.synth.kineto import mark_bounds, time_base
 
 I64 = npt.NDArray[np.int64]
 PARTS = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
-FINDING_IDS = ("straggler", "tp_across_nodes", "dp_sync_exposed", "slow_link", "socket_fallback",
-               "pipeline_bubble", "alltoall_imbalance")
+# the ids of analyzers/findings.py FINDING_IDS that a synthetic fault injects
+FINDING_IDS = ("straggler", "tp_across_nodes", "dp_sync_exposed", "link_efficiency", "nccl_socket_fallback",
+               "pipeline_bubble", "alltoall_imbalance", "desync", "nccl_gdr_disabled", "nccl_p2p_disabled",
+               "nvls_unavailable")
 
 
 def as_read(t: I64, offset: int, base: int = 0) -> I64:
@@ -129,10 +131,20 @@ def findings(cfg: SynthConfig, groups: list[Group]) -> dict[str, Any]:
     if cfg.size("dp") > 1 and not cfg.dp_overlap:
         expected.append({"id": "dp_sync_exposed", "subject": {"dimension": "dp"}})
     if cfg.slow_link is not None:
-        expected.append({"id": "slow_link", "subject": {"host": cfg.slow_link}})
-    if cfg.network == "ethernet" and cfg.nodes > 1:
-        expected.append({"id": "socket_fallback", "subject": {"hosts": list(cfg.hosts)}})
+        expected.append({"id": "link_efficiency", "subject": {"host": cfg.slow_link}})
+    if cfg.socket_fallback:  # plain --network ethernet is no fault: there are no IB/RoCE NICs to use
+        expected.append({"id": "nccl_socket_fallback", "subject": {"hosts": list(cfg.hosts)}})
     if cfg.size("pp") > 1:
         expected.append({"id": "pipeline_bubble", "subject": {"dimension": "pp"}})
+    if cfg.alltoall_imbalance > 1:
+        expected.append({"id": "alltoall_imbalance", "subject": {"dimension": "ep"}})
+    if cfg.desync is not None:
+        expected.append({"id": "desync", "subject": {"rank": cfg.desync}})
+    if "gdr-off" in cfg.nccl_faults and cfg.network != "ethernet" and cfg.nodes > 1:
+        expected.append({"id": "nccl_gdr_disabled", "subject": {"hosts": list(cfg.hosts)}})
+    if "p2p-off" in cfg.nccl_faults and cfg.gpus_per_node > 1:
+        expected.append({"id": "nccl_p2p_disabled", "subject": {"hosts": list(cfg.hosts)}})
+    if "nvls-off" in cfg.nccl_faults and cfg.intra == "nvlink":
+        expected.append({"id": "nvls_unavailable", "subject": {"hosts": list(cfg.hosts)}})
     ids = {f["id"] for f in expected}
     return {"expected": expected, "absent": [i for i in FINDING_IDS if i not in ids]}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -70,33 +71,62 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def write_run(out: Path, cfg: SynthConfig, programs: dict[int, list[Instr]], groups: list[Group],
-              command: list[str] | None = None, compresslevel: int = 6) -> dict[str, Any]:
-    """Simulate, write every file of the run directory, and return the truth (also in truth.json)."""
+              command: list[str] | None = None, compresslevel: int = 6, jobs: int = 1) -> dict[str, Any]:
+    """Simulate, write every file of the run directory, and return the truth (also in truth.json).
+    ``jobs`` > 1 writes the ranks' traces in that many forked processes (big runs)."""
     lines = simulate(programs, 0)
     out.mkdir(parents=True, exist_ok=True)
-    algo = {}  # (op, bytes, size) -> RING / TREE, cached: the same few calls repeat thousands of times
-    for rank, line in lines.items():
-        def algo_of(call: Any) -> str:
-            key = (call.op, call.nbytes, len(call.ranks))
-            if key not in algo:
-                algo[key] = algorithm(*key)
-            return algo[key]
-        trace = TraceWriter(cfg, rank, algo_of, _pg_config(groups, rank)).trace(line)
-        path = out / "raw" / "traces" / f"rank-{rank}.json.gz"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # stdlib json writes floats that read back exactly; epoch µs need all 17 digits
-        data = json.dumps(trace, separators=(",", ":")).encode()
-        path.write_bytes(gzip.compress(data, compresslevel=compresslevel, mtime=0))
-        _write_json(out / "raw" / "ranks" / f"rank-{rank}.json", _sidecar(cfg, groups, rank, line))
+    (out / "raw" / "traces").mkdir(parents=True, exist_ok=True)
+    job = _TraceJob(out, cfg, groups, lines, compresslevel)
+    if jobs > 1 and len(lines) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        # fork: the children inherit the simulated timelines instead of receiving them pickled; the
+        # generator holds no thread pool that a forked child could inherit locked
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(lines))) as pool:
+            pool.map(job, sorted(lines), chunksize=1)
+    else:
+        for rank in sorted(lines):
+            job(rank)
     for name, text in LogWriter(cfg, groups).files().items():
         (out / "raw" / "nccl").mkdir(parents=True, exist_ok=True)
         (out / "raw" / "nccl" / name).write_text(text)
     for host in cfg.hosts:
         _write_json(out / "raw" / "topology" / f"{host}.json", topology_capture(cfg, host))
+    if cfg.flight_recorder:
+        from commprof.synth.flight_recorder import dump
+
+        for rank, line in lines.items():
+            path = out / "raw" / "flight_recorder" / f"rank-{rank}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(dump(cfg, groups, line), separators=(",", ":")))
     _write_json(out / "manifest.json", _manifest(cfg, lines, command))
     truth = build_truth(cfg, groups, lines)
     _write_json(out / "truth.json", truth)
     return truth
+
+
+class _TraceJob:
+    """Write one rank's trace and sidecar (a picklable callable for the fork pool)."""
+
+    def __init__(self, out: Path, cfg: SynthConfig, groups: list[Group], lines: dict[int, Timeline],
+                 compresslevel: int) -> None:
+        self.out, self.cfg, self.groups, self.lines, self.compresslevel = out, cfg, groups, lines, compresslevel
+        self.algo: dict[tuple[str, int, int], str] = {}  # (op, bytes, size) -> RING / TREE: calls repeat
+
+    def algo_of(self, call: Any) -> str:
+        key = (call.op, call.nbytes, len(call.ranks))
+        if key not in self.algo:
+            self.algo[key] = algorithm(*key)
+        return self.algo[key]
+
+    def __call__(self, rank: int) -> None:
+        cfg, line = self.cfg, self.lines[rank]
+        trace = TraceWriter(cfg, rank, self.algo_of, _pg_config(self.groups, rank)).trace(line)
+        # stdlib json writes floats that read back exactly; epoch µs need all 17 digits
+        data = json.dumps(trace, separators=(",", ":")).encode()
+        del trace
+        path = self.out / "raw" / "traces" / f"rank-{rank}.json.gz"
+        path.write_bytes(gzip.compress(data, compresslevel=self.compresslevel, mtime=0))
+        _write_json(self.out / "raw" / "ranks" / f"rank-{rank}.json", _sidecar(cfg, self.groups, rank, line))
 
 
 def build_truth(cfg: SynthConfig, groups: list[Group], lines: dict[int, Timeline]) -> dict[str, Any]:
@@ -161,9 +191,9 @@ def _manifest(cfg: SynthConfig, lines: dict[int, Timeline], command: list[str] |
 
 
 def generate(cfg: SynthConfig, out: str | Path, command: list[str] | None = None,
-             compresslevel: int = 6) -> dict[str, Any]:
+             compresslevel: int = 6, jobs: int = 1) -> dict[str, Any]:
     """Write the run for ``cfg`` under ``out`` (the training schedule of ``commprof.synth.schedule``)."""
     from commprof.synth.schedule import programs
 
     groups = build_groups(cfg)
-    return write_run(Path(out), cfg, programs(cfg, groups), groups, command, compresslevel)
+    return write_run(Path(out), cfg, programs(cfg, groups), groups, command, compresslevel, jobs)

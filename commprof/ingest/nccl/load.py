@@ -30,6 +30,10 @@ SKIP_DIRS = frozenset({"tables", "__pycache__", "node_modules"})
 T = TypeVar("T")
 
 
+class NoNcclLogs(InputError):
+    """A readable folder with no NCCL log in it: ``commprof topology`` then shows what the run has instead."""
+
+
 @dataclass
 class NcclInputs:
     root: Path
@@ -131,7 +135,7 @@ def find_nccl_inputs(path: str | Path) -> NcclInputs:
             _classify(file, inputs)
     if not inputs.logs:
         where = raw_nccl if raw_nccl.is_dir() else root
-        raise InputError("no NCCL logs found (no file with 'NCCL INFO' lines)", where)
+        raise NoNcclLogs("no NCCL logs found (no file with 'NCCL INFO' lines)", where)
     return inputs
 
 

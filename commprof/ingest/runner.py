@@ -1,0 +1,300 @@
+"""Where per-rank work runs: in this process, on a pool of local processes, or on a Dask cluster.
+
+Ingest (one task per trace file) and the per-rank analysis (one task per rank) hand their tasks to a
+:class:`Runner` and get back one :class:`Outcome` per task, in task order, so that every path gives the
+same tables. A task that fails is an outcome with a one-line ``error``; the other tasks go on. Tasks
+are module-level functions with small, picklable arguments (paths and one rank's frames): the data
+stays on the (shared) file system and each worker reads only its rank.
+
+- :class:`InProcess` — one task after the other; what small runs and tests use.
+- :class:`LocalPool` — a ``spawn`` process pool sized to the cores and the free memory, created on the
+  first batch big enough to pay for it and kept for the next batch (ingest, then analysis).
+- :class:`DaskRunner` — the same tasks on a ``distributed`` cluster (``--scheduler tcp://host:8786``);
+  the workers must see the run and its cache at the same paths and have commprof installed.
+  ``distributed`` is imported only here, only when asked for.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from commprof.errors import CommprofError, UsageError
+
+# bytes of work in one batch before worker processes pay off (each costs ~0.3 s to start and import);
+# COMMPROF_PARALLEL_MIN_BYTES overrides
+PARALLEL_MIN_BYTES = 8 << 20
+WORKER_BASE_BYTES = 250 << 20  # an idle worker with polars, numpy and msgspec imported, and headroom
+SCHEDULER_ENV = "COMMPROF_SCHEDULER"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    value: Any = None
+    error: str | None = None  # one line: what went wrong with this task
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Handed to a progress callback after each task: ``phase`` is "ingest" or "analysis"."""
+
+    phase: str
+    done: int
+    total: int
+    bytes_done: int
+    bytes_total: int
+    failed: int = 0
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def guarded(fn: Callable[..., Any], *args: Any) -> Outcome:
+    """Run one task; an exception becomes the task's error line instead of ending the batch."""
+    try:
+        return Outcome(fn(*args))
+    except CommprofError as err:
+        return Outcome(error=str(err))
+    except MemoryError:
+        return Outcome(error="out of memory")
+    except Exception as err:  # noqa: BLE001 - a bug in one rank's task must not stop the other ranks
+        return Outcome(error=f"{type(err).__name__}: {err}")
+
+
+class Runner:
+    """Runs a batch of tasks; subclasses say where. ``remote``: the workers do not share this process'
+    working directory, so paths handed to tasks must be absolute."""
+
+    remote = False
+    workers = 1
+
+    def run(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], weights: Sequence[int],
+            phase: str, progress: ProgressFn | None = None) -> list[Outcome]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop whatever workers were started."""
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def describe(self) -> str:
+        return "in process"
+
+
+class _Tally:
+    def __init__(self, phase: str, weights: Sequence[int], progress: ProgressFn | None) -> None:
+        self.phase, self.weights, self.progress = phase, weights, progress
+        self.done = self.bytes_done = self.failed = 0
+        self.total_bytes = sum(weights)
+
+    def tick(self, index: int, outcome: Outcome) -> None:
+        self.done += 1
+        self.bytes_done += self.weights[index]
+        self.failed += outcome.error is not None
+        if self.progress:
+            self.progress(Progress(self.phase, self.done, len(self.weights), self.bytes_done, self.total_bytes,
+                                   self.failed))
+
+
+class InProcess(Runner):
+    def run(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], weights: Sequence[int],
+            phase: str, progress: ProgressFn | None = None) -> list[Outcome]:
+        tally = _Tally(phase, weights, progress)
+        out = []
+        for i, args in enumerate(tasks):
+            outcome = guarded(fn, *args)
+            tally.tick(i, outcome)
+            out.append(outcome)
+        return out
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_workers(largest_task_bytes: int, tasks: int) -> int:
+    """One worker per usable core, fewer when the free memory cannot hold that many workers each
+    holding the largest task (a worker needs about twice a trace's text: see bench/bench_scale.py)."""
+    cpus = usable_cpus()
+    free = available_memory_bytes()
+    by_memory = cpus if free is None else max(1, int(0.8 * free) // (WORKER_BASE_BYTES + 2 * largest_task_bytes))
+    return max(1, min(cpus, by_memory, tasks))
+
+
+def _can_spawn() -> bool:
+    """"spawn" re-imports the caller's main script: one that is not a file (python -, -c) cannot be."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    return main_file is None or os.path.exists(main_file)
+
+
+class LocalPool(Runner):
+    """A ``spawn`` process pool (not fork: the parent runs polars' thread pool, and a forked child can
+    inherit a held lock). ``workers=None`` sizes it from the cores and free memory and uses it only for
+    batches of at least PARALLEL_MIN_BYTES; an explicit count always uses it (when it is > 1)."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.requested = workers
+        self.workers = workers or 0
+        self._pool: ProcessPoolExecutor | None = None
+        self._broken = False  # workers could not start here: every later batch runs in process
+
+    def describe(self) -> str:
+        return f"{self.workers} local processes" if self._pool else "in process"
+
+    def _wanted(self, weights: Sequence[int], largest: int) -> int:
+        if self._broken or len(weights) < 2 or not _can_spawn():
+            return 1
+        if self.requested is not None:
+            return min(self.requested, len(weights))
+        threshold = int(os.environ.get("COMMPROF_PARALLEL_MIN_BYTES", PARALLEL_MIN_BYTES))
+        if self._pool is None and sum(weights) < threshold:
+            return 1
+        return default_workers(largest, len(weights))
+
+    def run(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], weights: Sequence[int],
+            phase: str, progress: ProgressFn | None = None) -> list[Outcome]:
+        n = self._wanted(weights, max(weights, default=0))
+        if n <= 1 and self._pool is None:
+            return InProcess().run(fn, tasks, weights, phase, progress)
+        if self._pool is None:
+            self.workers = n
+            self._pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
+        tally = _Tally(phase, weights, progress)
+        results: dict[int, Outcome] = {}
+        lost = self._submit_all(fn, tasks, tally, results)
+        if lost and not results:
+            # not one task came back: the workers could not start (e.g. a script calling open_run()
+            # without an ``if __name__ == "__main__":`` guard, which "spawn" re-imports)
+            self._broken = True
+            self.close()
+            for i in lost:
+                results[i] = guarded(fn, *tasks[i])
+                tally.tick(i, results[i])
+        elif lost:
+            self._retry_alone(fn, tasks, lost, tally, results)
+        return [results[i] for i in range(len(tasks))]
+
+    def _submit_all(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], tally: _Tally,
+                    results: dict[int, Outcome]) -> list[int]:
+        """Run the batch; the indexes of tasks lost to a broken pool (a worker that died)."""
+        assert self._pool is not None
+        try:
+            pending: dict[Future[Outcome], int] = {self._pool.submit(guarded, fn, *args): i
+                                                   for i, args in enumerate(tasks)}
+        except BrokenProcessPool:
+            self.close()
+            return list(range(len(tasks)))
+        lost = []
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                i = pending.pop(fut)
+                try:
+                    results[i] = fut.result()
+                except BrokenProcessPool:
+                    lost.append(i)
+                    continue
+                tally.tick(i, results[i])
+        if lost:
+            self.close()
+        return sorted(lost)
+
+    def _retry_alone(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], lost: list[int],
+                     tally: _Tally, results: dict[int, Outcome]) -> None:
+        """A worker died (killed, out of memory) and took the pool's pending tasks with it: run those
+        again one at a time, each in a fresh single process, so only the task that kills its worker
+        fails."""
+        context = multiprocessing.get_context("spawn")
+        for i in lost:
+            with ProcessPoolExecutor(max_workers=1, mp_context=context) as alone:
+                try:
+                    results[i] = alone.submit(guarded, fn, *tasks[i]).result()
+                except BrokenProcessPool:
+                    results[i] = Outcome(error="its worker process died (killed, or out of memory?)")
+            tally.tick(i, results[i])
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class DaskRunner(Runner):
+    """Tasks on a Dask ``distributed`` cluster; results gathered and reduced here, on the client."""
+
+    remote = True
+
+    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise UsageError("--scheduler needs Dask: pip install 'commprof[dask]' (dask[distributed])") from None
+        self.address = address
+        try:
+            self.client = Client(address, timeout=timeout_s, set_as_default=False)  # type: ignore[no-untyped-call]
+        except (OSError, TimeoutError) as err:
+            raise UsageError(f"cannot reach the Dask scheduler at {address}: {err}") from None
+        self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
+
+    def describe(self) -> str:
+        return f"Dask cluster at {self.address} ({self.workers} workers)"
+
+    def run(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], weights: Sequence[int],
+            phase: str, progress: ProgressFn | None = None) -> list[Outcome]:
+        from distributed import as_completed
+
+        tally = _Tally(phase, weights, progress)
+        batch = uuid.uuid4().hex[:8]
+        futures = [self.client.submit(guarded, fn, *args, key=f"commprof-{phase}-{batch}-{i}", pure=False)
+                   for i, args in enumerate(tasks)]
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: dict[int, Outcome] = {}
+        for fut in as_completed(futures, loop=self.client.loop):  # type: ignore[no-untyped-call]
+            i = index[fut.key]
+            try:
+                results[i] = fut.result()
+            except Exception as err:  # noqa: BLE001 - a killed worker (KilledWorker) fails only its task
+                results[i] = Outcome(error=f"Dask task failed: {type(err).__name__}: {err}")
+            tally.tick(i, results[i])
+            fut.release()
+        return [results[i] for i in range(len(tasks))]
+
+    def close(self) -> None:
+        self.client.close()  # type: ignore[no-untyped-call]
+
+
+def make_runner(workers: int | None = None, scheduler: str | None = None) -> Runner:
+    """The runner for ``--workers`` / ``--scheduler`` (or COMMPROF_SCHEDULER); a pool sized to the
+    machine by default."""
+    scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
+    if scheduler:
+        return DaskRunner(scheduler)
+    if workers == 1:
+        return InProcess()
+    return LocalPool(workers)

@@ -128,7 +128,22 @@ def _set_value(draw: st.DrawFn, doc: dict[str, Any], what: list[str], raws: list
         shown = repr(value)[:24]
     target[name] = value
     what.append(f"{key}={shown}")
-    return False
+    return key in ("ts", "dur") and target.get("ph") == "X" and target.get("cat") in DEVICE_CATS \
+        and not _plausible(key, value)
+
+
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _plausible(key: str, value: Any) -> bool:
+    """A value that reads as a sensible time: the event is then not lost (no warning is owed)."""
+    if key == "ts" or isinstance(value, bool):
+        return False  # no hostile value is near the trace's epoch timestamps
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        return False
+    return 0 <= number <= 1e6
 
 
 def _structural(draw: st.DrawFn, text: bytes, what: list[str]) -> tuple[bytes, bool]:
@@ -415,6 +430,7 @@ class Tally:
     hangs: int = 0
     tracebacks: int = 0
     silent: int = 0
+    lossy: int = 0  # cases that surely lost data (each must fail, or warn about it)
     ratios: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
 
@@ -434,7 +450,8 @@ class Tally:
     def summary(self, kind: str) -> str:
         worst = max(self.ratios, default=0.0)
         return (f"{kind}: {self.cases} cases, exits {dict(sorted(self.exits.items()))}, {self.tracebacks} tracebacks, "
-                f"{self.hangs} hangs, {self.silent} silent passes, worst time ratio {worst:.1f} "
+                f"{self.hangs} hangs, {self.silent} silent passes (of {self.lossy} lossy cases), "
+                f"worst time ratio {worst:.1f} "
                 f"(median case {statistics.median(self.seconds) if self.seconds else 0:.3f} s)")
 
 
@@ -473,6 +490,7 @@ class TraceFuzz:
         ratio = out.seconds / (clean * scale) if out.seconds > FLOOR_S else 0.0
         if out.error is None and ratio > RATIO_LIMIT:
             out.error = f"hang: {out.seconds:.2f} s, {ratio:.1f} x a clean case of the same size"
+        self.tally.lossy += mutant.lossy
         if out.error is None and out.exit_code == 0:
             out.error = self._silent(mutant, out)
             if out.error:

@@ -13,6 +13,7 @@ import copy
 import gzip
 import json
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -358,6 +359,9 @@ THRESHOLD_FLAGS = ["--max-exposed-comm-pct", "--max-exposed-ms-per-step", "--max
 # --- the runner ----------------------------------------------------------------------------------------
 
 
+INTERNAL = re.compile(r"\b(?:[A-Z][A-Za-z]*Error|[A-Z][A-Za-z]*Exception|KeyError|StopIteration): ")
+
+
 class Hang(BaseException):
     """Raised by the alarm: a case that ran past HANG_S (BaseException: no ``except Exception`` in the
     code under test swallows it)."""
@@ -406,6 +410,10 @@ def run_cli(args: list[str], cache: Path) -> Outcome:
         out.error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
     elif "Traceback" in result.output:
         out.error = result.output[-3000:]
+    elif INTERNAL.search(result.output):  # the runner turns a crash in a worker into a skipped file
+        found = INTERNAL.search(result.output)
+        out.error = f"an internal error passed off as bad input: {result.output[max(0, found.start() - 200):][:600]}" \
+            if found else None
     elif result.exit_code not in (0, 1, 2):
         out.error = f"exit code {result.exit_code}"
     elif result.exit_code == 2 and len(result.stderr.strip().splitlines()) != 1 and "\nError: " not in result.stderr:
@@ -433,11 +441,14 @@ class Tally:
     lossy: int = 0  # cases that surely lost data (each must fail, or warn about it)
     ratios: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    worst: tuple[float, str] = (0.0, "")  # the slowest case against its clean twin, and what it was
 
     def add(self, outcome: Outcome, ratio: float, what: str) -> None:
         self.cases += 1
         self.seconds.append(outcome.seconds)
         self.ratios.append(ratio)
+        if ratio > self.worst[0]:
+            self.worst = (ratio, f"{what[:160]} ({outcome.seconds:.2f} s)")
         if outcome.exit_code is not None:
             self.exits[outcome.exit_code] = self.exits.get(outcome.exit_code, 0) + 1
         if outcome.error:
@@ -452,7 +463,8 @@ class Tally:
         return (f"{kind}: {self.cases} cases, exits {dict(sorted(self.exits.items()))}, {self.tracebacks} tracebacks, "
                 f"{self.hangs} hangs, {self.silent} silent passes (of {self.lossy} lossy cases), "
                 f"worst time ratio {worst:.1f} "
-                f"(median case {statistics.median(self.seconds) if self.seconds else 0:.3f} s)")
+                f"(median case {statistics.median(self.seconds) if self.seconds else 0:.3f} s)"
+                + (f"\n  slowest against its clean twin: {self.worst[1]}" if self.worst[0] else ""))
 
 
 class TraceFuzz:

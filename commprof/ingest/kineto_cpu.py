@@ -141,7 +141,9 @@ def _bytes_from_inputs(args: Args) -> tuple[str | None, int | None]:
     try:
         dims = msgspec.json.decode(args.input_dims)
         types = msgspec.json.decode(args.input_type)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
+        return None, None
+    if not isinstance(dims, list) or not isinstance(types, list):
         return None, None
     if not dims or not types:
         return None, None
@@ -153,5 +155,9 @@ def _bytes_from_inputs(args: Args) -> tuple[str | None, int | None]:
         return (dtype if isinstance(dtype, str) else None), None
     count = 1
     for d in first_dims:
-        count *= int(d)
+        if type(d) is not int or d < 0:  # [[null]], "abc", -1: a shape that is not one
+            return dtype, None
+        count *= d
+        if count * size >= 1 << 63:  # past int64 bytes: not a real tensor
+            return dtype, None
     return dtype, count * size

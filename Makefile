@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record bench-synth
+.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record bench-synth fuzz
 
 $(STAMP): pyproject.toml tools/setup_venv.py
 	@# torch: the one $(PYTHON) has, else a wheel on this machine, else the CPU-only build (never PyPI's
@@ -32,6 +32,10 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
+
+# hostile input, thousands of cases: mutated traces, NCCL logs, reports, configs (make test runs a small budget)
+fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --seed 1"
+	$(BIN)/python tests/fuzzlib.py $(FUZZ_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_ingest.py

@@ -203,8 +203,8 @@ def rule_dp_sync_exposed(c: Ctx) -> list[Finding]:
                "backward_prefetch=BACKWARD_PRE, Megatron --overlap-grad-reduce; with gradient accumulation sync "
                "only on the last micro-batch (no_sync)",
         saving_ns_per_step=round(saving),
-        saving_model=f"what-if overlap:dp: {whatif.MODEL}; all but each step's last dp call hidden behind the "
-                     "backward (the last bucket's gradients are ready only when it ends)",
+        saving_model=f"what-if overlap:dp: {whatif.MODEL}; the dp calls run during the backward (2/3 of the "
+                     "step's compute), call k of K ready at k/K of it, one after another; the rest stays exposed",
         pgs=tuple(sorted(set(dp["pg"].to_list())))[:16], dimension="dp",
         tier=str(dp["tier"][0]) if dp.height else None, steps=_steps_of(dp),
         numbers={"comm_ns_per_step": comm, "exposed_ns_per_step": exposed, "overlapped_ns_per_step": overlapped,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from commprof.dashboard import ids
+from commprof.dashboard import ids, state
 
 pytestmark = pytest.mark.browser
 
@@ -57,7 +57,8 @@ document.querySelectorAll('h2, h3, p, label, a, th, td, .tile .value, .finding, 
   if (r.width === 0 || e.closest('.scroll') || e.closest('.dash-spreadsheet-container')) return;
   if (r.right > page + 1) out.clipped.push('past the page: ' + e.textContent.trim().slice(0, 60));
 });
-document.querySelectorAll('.dash-spreadsheet-container td, .dash-spreadsheet-container th, .tile .value').forEach((e) => {
+const cells = '.dash-spreadsheet-container td, .dash-spreadsheet-container th, .tile .value';
+document.querySelectorAll(cells).forEach((e) => {
   if (e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflow !== 'visible')
     out.clipped.push('cut: ' + e.textContent.trim().slice(0, 60));
 });
@@ -78,7 +79,8 @@ const ticktext = ya.ticktext, tickvals = ya.tickvals, bad = [];
 let points = 0;
 tickvals.forEach((v, i) => {
   const px = top + ya.l2p(v);
-  if (!(ticktext[i] in labels) || Math.abs(labels[ticktext[i]] - px) > 3) bad.push('label ' + ticktext[i] + ' off its lane');
+  if (!(ticktext[i] in labels) || Math.abs(labels[ticktext[i]] - px) > 3)
+    bad.push('label ' + ticktext[i] + ' off its lane');
 });
 g._fullData.forEach((tr) => {
   for (let k = 0; k < tr.y.length; k++) {
@@ -267,7 +269,8 @@ def test_findings_link_to_their_evidence(browser: Any, server: Server) -> None:
     assert "could save ~1.50 ms per step" in finding.text and "What to change" in finding.text
     finding.find_element(By.PARTIAL_LINK_TEXT, "timeline of 2 rank(s)").click()
     wait_for(browser, f"#{ids.TIMELINE_INFO}", text="2 rank(s)")
-    assert browser.current_url.endswith("/run/s64/timeline?ranks=5%2C13&step=1")
+    assert "/run/s64/timeline?" in browser.current_url
+    assert state.parse_query(browser.current_url.split("?")[1]) == {"ranks": "5,13", "step": "1"}
     assert "window" in browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text
     check_lanes(browser, "finding -> timeline")
     browser.back()
@@ -275,8 +278,9 @@ def test_findings_link_to_their_evidence(browser: Any, server: Server) -> None:
     finding.find_element(By.PARTIAL_LINK_TEXT, "its collectives").click()
     wait_plot(browser, ids.COLL_SCATTER)
     wait_for(browser, f"#{ids.COLL_TABLE} td[data-dash-column=dimension]", text="dp")
-    dims = {td.text for td in browser.find_elements(By.CSS_SELECTOR, f"#{ids.COLL_TABLE} td[data-dash-column=dimension]")}
-    tiers = {td.text for td in browser.find_elements(By.CSS_SELECTOR, f"#{ids.COLL_TABLE} td[data-dash-column=tier]")}
+    column = f"#{ids.COLL_TABLE} td[data-dash-column=%s]"
+    dims = {td.text for td in browser.find_elements(By.CSS_SELECTOR, column % "dimension")}
+    tiers = {td.text for td in browser.find_elements(By.CSS_SELECTOR, column % "tier")}
     assert dims == {"dp"} and tiers == {"ib"}
     shot(browser, "s64-finding-collectives")
     assert console_errors(browser) == []
@@ -301,7 +305,9 @@ def test_table_and_figure_drill_downs(browser: Any, server: Server) -> None:
     browser.get(f"{server.url}/run/synth/overview")
     wait_plot(browser, ids.OVERVIEW_BREAKDOWN)
     bars = browser.find_elements(By.CSS_SELECTOR, f"#{ids.OVERVIEW_BREAKDOWN} .trace.bars .point path")
-    bars[5].click()  # the compute trace's 6th bar: rank 5
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser).move_to_element(bars[5]).click().perform()  # the compute trace's 6th bar: rank 5
     wait_for(browser, f"#{ids.TIMELINE_INFO}", text="1 rank(s)")
     assert browser.current_url.endswith("/run/synth/timeline?ranks=5")
     assert console_errors(browser) == []
@@ -313,7 +319,7 @@ def test_timeline_state_lives_in_the_url(browser: Any, server: Server) -> None:
 
     browser.get(f"{server.url}/run/synth/timeline?ranks=4-6")
     wait_plot(browser, ids.TIMELINE_GRAPH)
-    wait_for(browser, f"#{ids.TIMELINE_INFO}", text="3 rank(s)")
+    whole = wait_for(browser, f"#{ids.TIMELINE_INFO}", text="3 rank(s)").text
     browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_STEP}").click()
     for opt in browser.find_elements(By.CSS_SELECTOR, "[role=option]"):
         if opt.text.strip() == "step 1":
@@ -323,7 +329,11 @@ def test_timeline_state_lives_in_the_url(browser: Any, server: Server) -> None:
     while "step=1" not in browser.current_url and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "step=1" in browser.current_url and "ranks=4-6" in browser.current_url
-    stepped = wait_for(browser, f"#{ids.TIMELINE_INFO}", text="3 rank(s)").text
+    while browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text == whole and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stepped = browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text
+    assert stepped != whole
+    time.sleep(0.5)
     drag = browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_GRAPH} .nsewdrag")
     w = drag.size["width"]
     ActionChains(browser).move_to_element(drag).click_and_hold().move_by_offset(w // 4, 0).move_by_offset(
@@ -372,9 +382,9 @@ def test_index_compare_download_and_messages(browser: Any, server: Server) -> No
 def test_256_ranks(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Every page renders at 256 ranks; bars on their lanes with every rank drawn (the timeline's cap is 128:
     the first 128 of "all ranks"); heatmaps rolled up to hosts; no canvas beyond 8192 px."""
-    import commprof
     from click.testing import CliRunner
 
+    import commprof
     from commprof.cli import main
     from commprof.dashboard import create_app
 

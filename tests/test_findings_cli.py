@@ -33,7 +33,8 @@ def test_text_starts_with_the_top_findings_and_their_savings(cli: Cli, runs: dic
     assert lines[1].startswith("  1. [high] TP crosses nodes (ib) while DP stays inside them (nvlink) — saves ~")
     assert lines[2].strip().startswith("fix: place tp fastest")
     assert cli("analyze", str(runs["good"])).stdout.startswith("Findings: none")
-    assert cli("analyze", str(runs["empty"])).stdout.startswith("Findings: not computed")
+    empty = cli("analyze", str(runs["empty"]))  # nothing to analyze is an error, never "no findings"
+    assert empty.exit_code == 2 and "nothing to analyze" in empty.output
 
 
 def test_json_and_markdown_carry_the_same_findings(cli: Cli, runs: dict[str, Path]) -> None:
@@ -55,9 +56,15 @@ def test_check_fails_on_a_finding_passes_without_and_skips_when_not_computed(cli
     good = cli("check", str(runs["good"]), "--fail-on-findings", "info", "--format", "json")
     assert good.exit_code == 0
     assert next(r for r in json.loads(good.stdout)["rules"] if r["name"] == "fail_on_findings")["status"] == "pass"
-    empty = cli("check", str(runs["empty"]), "--fail-on-findings", "high", "--format", "json")
-    assert empty.exit_code == 0
-    assert next(r for r in json.loads(empty.stdout)["rules"] if r["name"] == "fail_on_findings")["status"] == "skip"
+    # a run with nothing to analyze fails the gate (exit 2); a report whose findings were not computed skips
+    assert cli("check", str(runs["empty"]), "--fail-on-findings", "high").exit_code == 2
+    report = json.loads(cli("analyze", str(runs["good"]), "--format", "json").stdout)
+    report.update(findings=[], findings_computed=False)
+    saved = runs["good"].parent / "not-computed.json"
+    saved.write_text(json.dumps(report))
+    skipped = cli("check", str(saved), "--fail-on-findings", "high", "--format", "json")
+    assert skipped.exit_code == 0, skipped.output
+    assert next(r for r in json.loads(skipped.stdout)["rules"] if r["name"] == "fail_on_findings")["status"] == "skip"
 
 
 def test_diff_reports_new_and_gone_findings(cli: Cli, runs: dict[str, Path]) -> None:

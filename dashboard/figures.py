@@ -112,8 +112,13 @@ def _category_style(category: str) -> tuple[str, str, float]:
     return f"comm · {dimension}", style.dimension_colour(dimension), 10
 
 
+# Scattergl draws on a WebGL canvas at twice the figure's pixels (plotly's plotGlPixelRatio): a timeline
+# figure of at most 4,000 px keeps that canvas under the browser's 8,192-px limit.
+MAX_TIMELINE_PX = 4000
+
+
 def timeline_lane_px(lanes: int) -> int:
-    return 22 if lanes <= 64 else 16
+    return 22 if lanes <= 64 else max(6, min(14, (MAX_TIMELINE_PX - 130) // max(lanes, 1)))
 
 
 def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, window: tuple[int, int]
@@ -148,7 +153,7 @@ def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, 
             trace.update(hoverinfo="skip")
         fig.add_trace(trace)
     lanes = max(rows.height, 1)
-    height = min(MAX_FIGURE_PX, 130 + timeline_lane_px(lanes) * lanes)
+    height = min(MAX_TIMELINE_PX, 130 + timeline_lane_px(lanes) * lanes)
     lo, hi = ((window[0] - origin_ns) / 1e6, (window[1] - origin_ns) / 1e6)
     fig.update_layout(
         height=height, xaxis={"range": [lo, hi], "title": "ms since the run's first event", "side": "bottom"},
@@ -281,13 +286,16 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
         for r in own.iter_rows(named=True):
             inside.setdefault(r["src_host"], []).append(
                 f"{r['dimension']} ({r['tier']}) {style.fmt_bytes(r['bytes_per_step'])}/step inside")
+    written = len(boxes) <= 8  # beyond, a host's own traffic is in its box's hover (no room to write it)
     for host, x0, y0, x1, y1 in boxes:  # boxes over the links, ranks over the boxes
+        own = "<br>".join(inside.get(host, [])) or "no traffic inside"
         fig.add_trace(go.Scatter(x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], mode="lines", fill="toself",
                                  fillcolor="rgba(245,247,248,0.92)", line={"color": "#78909c", "width": 1},
-                                 showlegend=False, hoverinfo="skip"))
+                                 showlegend=False, hoveron="fills", text=f"{host}<br>{own}",
+                                 hovertemplate="%{text}<extra></extra>"))
         fig.add_annotation(x=x0, y=y1, text=f"<b>{host}</b>", showarrow=False, xanchor="left", yanchor="bottom",
-                           font={"size": 11})
-        if host in inside:
+                           font={"size": 11 if len(boxes) <= 16 else 9})
+        if host in inside and written:
             fig.add_annotation(x=x0, y=y0, text="<br>".join(inside[host]), showarrow=False, xanchor="left",
                                yanchor="top", font={"size": 9, "color": "#455a64"}, align="left")
     order = sorted(pos)
@@ -301,8 +309,13 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
         hovertext=[f"rank {r} on {host_of.get(r, '?')} (click for its timeline)" for r in order],
         hovertemplate="%{hovertext}<extra></extra>",
     ))
+    notes = []
     if pairs.height and set(pairs["tier"].to_list()) == {UNKNOWN}:
-        _note(fig, "every link tier is unknown: start the dashboard with --network ib|roce|ethernet")
+        notes.append("every link tier is unknown: start the dashboard with --network ib|roce|ethernet")
+    if inside and not written:
+        notes.append("hover a host's box for the traffic inside it")
+    if notes:
+        _note(fig, "; ".join(notes))
     xs = [v for b in boxes for v in (b[1], b[3])]
     ys = [v for b in boxes for v in (b[2], b[4])]
     span_x, span_y = max(xs) - min(xs), max(ys) - min(ys)
@@ -347,7 +360,9 @@ def traffic_figure(matrix: pl.DataFrame, ranks: list[int], hosts: dict[int, str]
                   "ticktext": [style.fmt_bytes(10.0 ** t) for t in ticks]},
         hoverongaps=False, hovertemplate=f"{what} %{{y}} → {what} %{{x}}<br>%{{customdata}} per step<extra></extra>"))
     side = min(MAX_FIGURE_PX, max(440, 14 * len(labels) + 170))
-    fig.update_layout(xaxis={"title": f"to {what}", "type": "category"},
+    long_ticks = what == "host" and max((len(x) for x in labels), default=0) * len(labels) > 120
+    fig.update_layout(xaxis={"title": f"to {what}", "type": "category", "tickangle": -90 if long_ticks else 0,
+                             "automargin": True},
                       yaxis={"title": f"from {what}", "type": "category", "autorange": "reversed"}, height=side)
     return _base(fig, title)
 

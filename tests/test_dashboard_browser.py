@@ -413,8 +413,8 @@ def test_256_ranks(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> No
         shot(browser, "s256-timeline-all")
         browser.get(f"{srv.url}/run/s256/topology")
         wait_plot(browser, ids.TOPO_TRAFFIC, timeout=60)
-        size = browser.execute_script(f"return document.querySelector('#{ids.TOPO_TRAFFIC} .js-plotly-plot')._fullData[0]"
-                                      ".z.length")
+        size = browser.execute_script(
+            f"return document.querySelector('#{ids.TOPO_TRAFFIC} .js-plotly-plot')._fullData[0].z.length")
         assert size == 32  # host x host
         assert console_errors(browser) == []
     finally:

@@ -23,6 +23,7 @@ MAX_SKEW_COLUMNS = 300
 MAX_HEATMAP_RANKS = 64
 MAX_FIGURE_PX = 6000
 RANK_LINKS_UP_TO = 16  # ranks: beyond, the topology draws host-to-host links only
+MAX_LINKS = 48  # links drawn at most (the heaviest)
 FONT = {"family": "system-ui, sans-serif", "size": 12}
 
 
@@ -257,6 +258,9 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
     centre = {h: ((x0 + x1) / 2, (y0 + y1) / 2) for h, x0, y0, x1, y1 in boxes}
     where: dict[Any, tuple[float, float]] = {**pos} if rank_level else {**centre}
     pairs = _link_pairs(traffic, host_links, rank_level)
+    all_links = pairs.height
+    if all_links > MAX_LINKS:  # a full mesh of 32 hosts is a solid disk: keep the heaviest, say so
+        pairs = pairs.sort("bytes_per_step", "a", "b", descending=[True, False, False]).head(MAX_LINKS)
     top = float(pairs["bytes_per_step"].max() or 0.0) if pairs.height else 0.0  # type: ignore[arg-type]
     dims = sorted(set(pairs["dimension"].to_list())) if pairs.height else []
     fig = go.Figure()
@@ -298,11 +302,14 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
         if host in inside and written:
             fig.add_annotation(x=x0, y=y0, text="<br>".join(inside[host]), showarrow=False, xanchor="left",
                                yanchor="top", font={"size": 9, "color": "#455a64"}, align="left")
+    if rank_level:  # links between ranks of one host run inside its box: the box goes under them
+        n_boxes = len(boxes)
+        fig.data = fig.data[-n_boxes:] + fig.data[:-n_boxes]
     order = sorted(pos)
     host_of = dict(zip(ranks["rank"].to_list(), ranks["host"].fill_null("?").to_list(), strict=True))
     fig.add_trace(go.Scatter(
-        x=[pos[r][0] for r in order], y=[pos[r][1] for r in order], mode="markers+text", name="rank",
-        showlegend=False,
+        x=[pos[r][0] for r in order], y=[pos[r][1] for r in order], name="rank",
+        mode="markers+text" if len(order) <= 64 else "markers", showlegend=False,
         text=[str(r) for r in order], textposition="middle center", customdata=order,
         textfont={"size": 9 if len(order) <= 64 else 7, "color": "white"},
         marker={"size": 22 if len(order) <= 64 else 14, "color": "#37474f", "symbol": "square"},
@@ -314,12 +321,17 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
         notes.append("every link tier is unknown: start the dashboard with --network ib|roce|ethernet")
     if inside and not written:
         notes.append("hover a host's box for the traffic inside it")
+    if all_links > MAX_LINKS:
+        notes.append(f"the {MAX_LINKS} heaviest of {all_links} links drawn (the matrix below has them all)")
+    if len(order) > 64:
+        notes.append("hover a square for its rank")
     if notes:
         _note(fig, "; ".join(notes))
     xs = [v for b in boxes for v in (b[1], b[3])]
     ys = [v for b in boxes for v in (b[2], b[4])]
     span_x, span_y = max(xs) - min(xs), max(ys) - min(ys)
-    height = min(MAX_FIGURE_PX, max(420, int(130 + 900 * span_y / max(span_x, span_y, 1e-9))))
+    scale = 520 if len(boxes) <= 3 else 900
+    height = min(MAX_FIGURE_PX, max(420, int(130 + scale * span_y / max(span_x, span_y, 1e-9))))
     fig.update_layout(height=height, hovermode="closest", legend={"title": "links by dimension"},
                       xaxis={"visible": False, "range": [min(xs) - 0.6, max(xs) + 0.6]},
                       yaxis={"visible": False, "scaleanchor": "x", "range": [min(ys) - 1.6, max(ys) + 0.9]})

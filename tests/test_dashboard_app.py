@@ -143,10 +143,14 @@ def test_timeline_state_goes_into_the_url(app: Any, cache: RunCache) -> None:
     key = _key(app, "url.search")
     step = base.steps.row(1, named=True)
     response = call(app, key, [[step["start_ns"], step["end_ns"]], [0, 1, 2, 3, 7], "ranks"],
-                    [str(step["step"]), "sample"])
+                    [str(step["step"]), "sample", ""])
     search = response.get_json()["response"]["url"]["search"]
     assert search == f"?step={step['step']}&ranks=0-3%2C7"
     assert state.parse_query(search) == {"step": str(step["step"]), "ranks": "0-3,7"}
+    # the URL already says so: no new history entry
+    again = call(app, key, [[step["start_ns"], step["end_ns"]], [0, 1, 2, 3, 7], "ranks"],
+                 [str(step["step"]), "sample", search])
+    assert again.status_code in (200, 204) and "url" not in (again.get_json() or {}).get("response", {})
 
 
 CRAFTED = ["abc", math.nan, math.inf, 1e308, -1e308, ["x"], [["x"]], {"a": 1}, [1, 2, 3], None, True, -1, 2**70,

@@ -18,6 +18,7 @@ import polars as pl
 from commprof.analyzers import summaries as sm
 from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
 from commprof.analyzers.classify import Layout, check_layout, classify_dimensions
+from commprof.analyzers.distribution import rank_distribution
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
 from commprof.analyzers.findings import Finding, rank_findings
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
@@ -31,6 +32,7 @@ from commprof.analyzers.overlap import (
 )
 from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
 from commprof.analyzers.traffic import traffic_matrix
+from commprof.analyzers.whatif import WhatIf
 from commprof.ingest.runner import LocalPool, ProgressFn, Runner
 from commprof.ingest.tables import RunFacts, RunTables
 from commprof.vocab import UNKNOWN
@@ -44,6 +46,7 @@ class AnalysisSettings:
     network: str | None = None  # --network ib|roce|ethernet: groups across nodes when nothing else says
     gpus_per_node: int | None = None  # --gpus-per-node: hosts = rank // N when traces carry none
     peaks: dict[str, float] = field(default_factory=dict)  # --peak: GB/s per tier, over the defaults
+    what_if: tuple[str, ...] = ()  # --what-if changes, estimated together (analyzers/whatif.py)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class Analysis:
     match_by: str  # how calls were matched across ranks: seq | order | seq and order | none
     unmatched_calls: int
     rank_summary: pl.DataFrame
+    rank_distribution: pl.DataFrame  # per figure of rank_summary: min, p10, median, p90, max over the ranks
     totals: dict[str, Any]
     group_summary: pl.DataFrame
     collectives_summary: pl.DataFrame
@@ -79,6 +83,7 @@ class Analysis:
     # run has nothing the rules can judge (no analyzed step), so a check gate says "skip", not "pass"
     findings: tuple[Finding, ...] = ()
     findings_computed: bool = False
+    what_if: WhatIf | None = None  # the --what-if estimate, when changes were asked for
 
     def top_collectives(self, n: int | None = None) -> pl.DataFrame:
         """The (pg, op, bytes) rows that cost the most exposed time."""
@@ -200,7 +205,7 @@ def step_summaries(w: _Work) -> None:
         w.collectives = c
     ranks = sm.rank_summary(st)
     w.out.update(
-        rank_summary=ranks, totals=sm.totals(ranks),
+        rank_summary=ranks, totals=sm.totals(ranks), rank_distribution=rank_distribution(ranks),
         group_summary=sm.group_summary(c, st, w.pg_steps, pgs),
         collectives_summary=sm.collectives_summary(c),
         call_sizes=sm.call_sizes(c, st, pgs),
@@ -249,10 +254,17 @@ def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner:
 def step_findings(analysis: Analysis) -> Analysis:
     """The last step reads the finished analysis (the rules judge its frames, they compute no figure the
     views show otherwise) and returns it with the ranked findings."""
+    from commprof.analyzers import whatif
     from commprof.analyzers.findings_rules import find
 
     found, computed = find(analysis)
-    return replace(analysis, findings=rank_findings(found), findings_computed=computed)
+    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed)
+    if not analysis.settings.what_if:
+        return analysis
+    changes = [whatif.parse_change(t) for t in analysis.settings.what_if]
+    late = {f.ranks[0]: float(f.numbers.get("late_ns_per_step", 0)) for f in analysis.findings
+            if f.id == "straggler" and f.ranks}
+    return replace(analysis, what_if=whatif.estimate(analysis, changes, late))
 
 
 def _empty_calls() -> pl.DataFrame:

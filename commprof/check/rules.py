@@ -90,12 +90,18 @@ def _findings_rule(report: dict[str, Any], threshold: str) -> RuleResult:
     findings = report.get("findings") or []
     result = RuleResult("fail_on_findings", f"findings of severity {threshold} or above", PASS, "findings", 0.0,
                         checked=len(findings))
+    if not report.get("findings_computed"):  # "no finding" would be a gate that cannot fail
+        result.status = SKIP
+        result.detail = "findings could not be computed for this run (no analyzed step)"
+        return result
     for f in findings:
         severity = str(f.get("severity", "")).lower()
         if severity in SEVERITIES and SEVERITIES.index(severity) >= level:
-            where = {k: f[k] for k in ("id", "rank", "pg", "dimension", "tier") if f.get(k) is not None}
-            saving = f.get("estimated_saving_ns_per_step")
-            extra = f" (saves ~{saving / 1e6:.3f} ms/step)" if isinstance(saving, (int, float)) else ""
+            where: dict[str, Any] = {"id": f["id"], "key": f.get("key")}
+            where.update({k: f[k] for k in ("dimension", "tier") if f.get(k) is not None})
+            where.update({k: f[k][:8] for k in ("ranks", "pgs") if f.get(k)})
+            saving = f.get("saving_ns_per_step")
+            extra = f" (saves ~{saving / 1e6:.3f} ms/step)" if isinstance(saving, (int, float)) and saving else ""
             result.violations.append(Violation(
                 where, float(level), float(level), f"[{severity}] {f.get('title', f.get('id', 'finding'))}{extra}"))
     result.status = FAIL if result.violations else PASS

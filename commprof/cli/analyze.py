@@ -10,6 +10,7 @@ import click
 
 import commprof
 from commprof.cli.common import (
+    allow_partial_option,
     open_run_with_progress,
     output_options,
     parse_ranks,
@@ -39,24 +40,34 @@ from commprof.cli.common import (
 @click.option("--peak", "peaks", default=None, metavar="TIER=GB/s,...",
               help="Peak bandwidth per tier for efficiency = busbw / peak, e.g. nvlink=450,ib=50 "
                    "(defaults follow the GPU and the NIC speed in the NCCL log).")
+@click.option("--what-if", "what_if", multiple=True, metavar="CHANGE",
+              help="Estimate step time after a change, keeping compute as measured: TIER=GB/s (ib=25), "
+                   "DIM:TIER (tp:nvlink), overlap:DIM (overlap:dp) or straggler:off; repeat to combine.")
 @runner_options
+@allow_partial_option
 @output_options
 def analyze(path: str, hta_compat: bool, top: int, workers: int | None, scheduler: str | None, ranks: str | None,
-            layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None, fmt: str,
+            layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
+            what_if: tuple[str, ...], allow_partial: bool, fmt: str,
             output: Path | None) -> None:
     """Analyze a run directory, a folder of Kineto traces or one trace file."""
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
     from commprof.analyzers.pipeline import AnalysisSettings
+    from commprof.analyzers.whatif import parse_change
     from commprof.report import analysis_json, analysis_text
+
+    for change in what_if:  # bad values end here, as one line, before the run is read
+        parse_change(change)
 
     settings = AnalysisSettings(
         hta_compat=hta_compat, top=top, layout=parse_layout(layout) if layout else None, network=network,
-        gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks),
+        gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks), what_if=tuple(what_if),
     )
     subset = parse_ranks(ranks)
     with work_session(workers, scheduler) as (runner, progress):
-        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset)
+        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
+                                     allow_partial=allow_partial)
         analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
     report = analysis_json.build(analysis)
     if fmt == "json":

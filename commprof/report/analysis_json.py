@@ -10,9 +10,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from commprof.analyzers.findings import Finding
     from commprof.analyzers.pipeline import Analysis
 
-SCHEMA_VERSION = 2  # 2: wait/transfer split, skew, dimensions[], tiers[]
+SCHEMA_VERSION = 3  # 2: wait/transfer split, skew, dimensions[], tiers[]; 3: findings[], findings_computed, what_if
 
 
 def json_safe(value: Any) -> Any:
@@ -85,6 +86,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
         },
         "totals": analysis.totals,
         "ranks": ranks,
+        "rank_distribution": analysis.rank_distribution.to_dicts(),
         "process_groups": _groups(analysis),
         "collectives_summary": _rows(analysis.collectives_summary, SUMMARY_KEYS,
                                      ("overlapped_ns", "exposed_ns", "exposed_wait_ns", "exposed_transfer_ns")),
@@ -99,9 +101,34 @@ def build(analysis: Analysis) -> dict[str, Any]:
             "host_clocks": analysis.host_clocks.to_dicts(),
             "stragglers": _rows(analysis.stragglers, STRAGGLER_KEYS),
         },
+        "findings_computed": analysis.findings_computed,
+        "findings": [finding_dict(f) for f in analysis.findings],
+        "what_if": _what_if(analysis),
         "warnings": list(analysis.warnings),
     })
     return report
+
+
+def finding_dict(f: Finding) -> dict[str, Any]:
+    return {"id": f.id, "key": f.key, "severity": f.severity, "title": f.title, "detail": f.detail,
+            "action": f.action, "saving_ns_per_step": f.saving_ns_per_step, "saving_model": f.saving_model,
+            "ranks": list(f.ranks), "pgs": list(f.pgs), "dimension": f.dimension, "tier": f.tier,
+            "steps": list(f.steps), "numbers": dict(f.numbers)}
+
+
+def _what_if(analysis: Analysis) -> dict[str, Any] | None:
+    w = analysis.what_if
+    if w is None:
+        return None
+    return {
+        "estimate": True, "changes": list(w.changes), "method": w.method,
+        "totals": {k: _int(v) for k, v in w.totals.items()},
+        "ranks": [{k: _int(v) if k != "rank" else v for k, v in r.items()} for r in w.ranks.iter_rows(named=True)],
+        "dimensions": [{"dimension": r["dimension"], "exposed_ns_per_step": _int(r["exposed_ns_per_step"]),
+                        "exposed_ns_per_step_after": _int(r["exposed_ns_per_step_after"])}
+                       for r in w.by_dimension.iter_rows(named=True)],
+        "warnings": list(w.warnings),
+    }
 
 
 def _layout(analysis: Analysis) -> dict[str, Any] | None:

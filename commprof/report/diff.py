@@ -45,7 +45,8 @@ def _groups(a: dict[str, Any], b: dict[str, Any], key: str) -> dict[str, dict[st
 
 
 def _finding_key(f: dict[str, Any]) -> str:
-    return str(f.get("id") or f.get("title") or f)
+    """Findings are the same across runs when their key is (kind and what it is about, not the numbers)."""
+    return str(f.get("key") or f.get("id") or f.get("title") or f)
 
 
 
@@ -112,6 +113,7 @@ def rows(doc: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
 def _finding_lines(doc: dict[str, Any]) -> list[str]:
     return [
         f"{label}: [{f.get('severity', '?')}] {f.get('title') or f.get('id')}"
+        + (f" (saves ~{f['saving_ns_per_step'] / 1e6:.2f} ms/step)" if f.get("saving_ns_per_step") else "")
         for label in ("new", "gone") for f in doc["findings"][label]
     ]
 

@@ -121,6 +121,9 @@ class SynthConfig:
             raise UsageError(f"--alltoall-imbalance must be at least 1 (balanced), not {self.alltoall_imbalance}")
         if self.alltoall_imbalance > 1 and self.size("ep") < 2:
             raise UsageError("--alltoall-imbalance needs an ep dimension of at least 2 in --layout")
+        if self.alltoall_imbalance > self.size("ep") > 1:
+            raise UsageError(f"--alltoall-imbalance: at most the EP size ({self.size('ep')}: "
+                             "one rank gets every token)")
         if self.desync is not None and not 0 <= self.desync < self.world_size:
             raise UsageError(f"--desync: rank {self.desync} is not in 0..{self.world_size - 1}")
         if self.desync is not None and self.world_size < 2:

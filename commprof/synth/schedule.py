@@ -88,11 +88,12 @@ class _Builder:
         seq = self.seq[g.name]
         dur = duration_ns(op, nbytes, g.size, g.tier, g.slow)
         if op == "all_to_all" and self.cfg.alltoall_imbalance > 1:
-            # the hot expert (the group's first member) receives imbalance x the mean tokens; the call lasts
-            # until its share has moved, on every member
+            # the hot expert (the group's first member) gets imbalance x the mean tokens, the others share the
+            # rest; the call lasts until the hot share has moved, on every member
             hot = round(nbytes * self.cfg.alltoall_imbalance)
             dur = duration_ns(op, hot, g.size, g.tier, g.slow)
-            nbytes = hot if g.ranks[0] == self.rank else nbytes
+            cold = round(nbytes * (g.size - self.cfg.alltoall_imbalance) / (g.size - 1))
+            nbytes = hot if g.ranks[0] == self.rank else cold
         if self.desync_dim == dim and self.step == self.cfg.steps - 1:
             op, nbytes, self.desync_dim = "all_gather", nbytes // g.size, None  # same seq, another op and size
         call = Call(g.name, g.desc, g.ranks, op, nbytes, seq)

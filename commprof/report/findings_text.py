@@ -1,0 +1,60 @@
+"""Findings and the what-if estimate as lines of text, for the ``analyze`` text and Markdown views
+(read from the report dict, as every view: the numbers are the analysis')."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TOP_FINDINGS = 5
+
+
+def _ms(ns: float | None) -> str:
+    return "?" if ns is None else f"{ns / 1e6:.2f}"
+
+
+def _share(ns: float, step: float | None) -> str:
+    return f" ({100.0 * ns / step:.1f} % of the step)" if step else ""
+
+
+def finding_lines(report: dict[str, Any], top: int = TOP_FINDINGS, markdown: bool = False) -> list[str]:
+    """The headline of the findings and the top ones, each with its estimated saving and action."""
+    found = report.get("findings") or []
+    if not report.get("findings_computed"):
+        return ["Findings: not computed (no analyzed step in this run)"]
+    if not found:
+        return ["Findings: none — no rule found a problem above noise (docs/findings.md lists the rules)"]
+    step = (report.get("totals") or {}).get("step_ns")
+    head = f"Findings ({len(found)}; top {min(top, len(found))}, estimated saving per step):"
+    lines = [f"**{head}**" if markdown else head]
+    for i, f in enumerate(found[:top], 1):
+        saving = f["saving_ns_per_step"]
+        worth = (f"saves ~{_ms(saving)} ms/step{_share(saving, step)}" if saving
+                 else "saving not estimated" if f["saving_model"].startswith("not estimated") else "not a time cost")
+        bullet = f"{i}." if markdown else f"  {i}."
+        lines.append(f"{bullet} [{f['severity']}] {f['title']} — {worth}")
+        indent = "   " if markdown else "       "
+        lines.append(f"{indent}fix: {f['action']}")
+    if len(found) > top:
+        lines.append(f"{'' if markdown else '  '}... {len(found) - top} more in --format json (findings[])")
+    return lines
+
+
+def what_if_lines(report: dict[str, Any]) -> list[str]:
+    w = report.get("what_if")
+    if not w:
+        return []
+    t = w["totals"]
+    change = (t["step_ns_after"] or 0) - (t["step_ns"] or 0)
+    lines = [
+        f"What-if {' + '.join(w['changes'])} (an ESTIMATE, not a measurement): mean step {_ms(t['step_ns'])} -> "
+        f"{_ms(t['step_ns_after'])} ms ({'+' if change >= 0 else ''}{_ms(change)} ms), exposed comm "
+        f"{_ms(t['exposed_comm_ns'])} -> {_ms(t['exposed_comm_ns_after'])} ms",
+        f"  how: {w['method']}",
+    ]
+    dims = [d for d in w["dimensions"] if d["exposed_ns_per_step"] != d["exposed_ns_per_step_after"]]
+    if dims:
+        lines.append("  exposed per dimension: " + ", ".join(
+            f"{d['dimension']} {_ms(d['exposed_ns_per_step'])} -> {_ms(d['exposed_ns_per_step_after'])} ms"
+            for d in dims))
+    lines += [f"  warning: {x}" for x in w["warnings"]]
+    return lines

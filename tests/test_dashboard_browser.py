@@ -268,10 +268,12 @@ def test_findings_link_to_their_evidence(browser: Any, server: Server) -> None:
     browser.get(f"{server.url}/run/s64/overview")
     finding = wait_for(browser, f"#{ids.OVERVIEW_FINDINGS} .finding", text="Rank 13 is a straggler")
     assert "could save ~1.50 ms per step" in finding.text and "What to change" in finding.text
-    finding.find_element(By.PARTIAL_LINK_TEXT, "timeline of 2 rank(s)").click()
-    wait_for(browser, f"#{ids.TIMELINE_INFO}", text="2 rank(s)")
+    # its ranks and its group's: rank 13 and the DP peers that wait for it
+    finding.find_element(By.PARTIAL_LINK_TEXT, "timeline of 8 rank(s)").click()
+    wait_for(browser, f"#{ids.TIMELINE_INFO}", text="8 rank(s)")
     assert "/run/s64/timeline?" in browser.current_url
-    assert state.parse_query(browser.current_url.split("?")[1]) == {"ranks": "5,13", "step": "1"}
+    assert state.parse_query(browser.current_url.split("?")[1]) == {"ranks": "5,13,21,29,37,45,53,61",
+                                                                    "step": "1"}
     assert "window" in browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text
     check_lanes(browser, "finding -> timeline")
     browser.back()

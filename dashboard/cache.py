@@ -214,7 +214,9 @@ class RunCache:
         return sizes.select(
             pl.col("pg").cast(pl.String),
             pl.col("pg").cast(pl.String).replace(names).alias("group"), "dimension", "tier", "op",
-            pl.col("bytes"), transforms.size_text("bytes").str.replace("size unknown", "unknown").alias("size"),
+            pl.col("bytes"),
+            pl.when(pl.col("op") == "barrier").then(pl.lit("none (barrier)"))
+            .otherwise(transforms.size_text("bytes").str.replace("size unknown", "unknown")).alias("size"),
             pl.col("count").alias("calls"), "ranks",
             (pl.col("mean_ns") / 1e6).round(4).alias("mean_ms"),
             (pl.col("exposed_ns_per_step") / 1e6).round(4).alias("exposed_ms_per_step"),

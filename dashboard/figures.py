@@ -91,6 +91,16 @@ def exposed_by_figure(frame: pl.DataFrame, by: str) -> go.Figure:
                marker={"color": colours, "opacity": 0.35}, offsetgroup="overlapped", customdata=names,
                hovertemplate=f"{by} %{{x}}<br>%{{y:.3f}} ms per step hidden behind compute<extra></extra>"),
     ])
+    # the bars take their dimension's (tier's) colour: the legend explains the three styles in grey
+    for trace in fig.data:
+        trace.showlegend = False
+    for name, group, marker in (
+            ("exposed · transfer", "exposed", {"color": "#616161"}),
+            ("exposed · waiting for late ranks", "exposed", {"color": "#616161",
+                                                             "pattern": {"shape": "x", "fgcolor": "#ffffff"}}),
+            ("overlapped (hidden)", "overlapped", {"color": "#616161", "opacity": 0.35})):
+        fig.add_trace(go.Bar(name=name, x=[names[0]], y=[0], marker=marker, offsetgroup=group, showlegend=True,
+                             hoverinfo="skip"))
     fig.update_layout(barmode="group", yaxis_title="ms per step", xaxis={"title": by, "type": "category"},
                       legend={"orientation": "h", "y": -0.25, "x": 0}, height=380)
     _base(fig, title, margin={"t": 80, "l": 70, "r": 20, "b": 90})

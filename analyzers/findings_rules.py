@@ -83,9 +83,10 @@ def straggler_lateness(c: Ctx) -> dict[int, float]:
     first of tp, cp, ep, dp in Megatron's order that has calls; all calls when none is classified):
     once a late rank has held up its TP group, the whole group arrives late at its DP calls, and
     counting those again would charge one delay twice (and blame its victims). Point-to-point calls are
-    pipeline structure, not straggling, and are left out. Ranks within the jitter are not returned."""
+    pipeline structure, not straggling, and are left out, and so are calls whose group was not seen whole
+    (2 traced ranks of a 128-rank group cannot say who was last). Ranks within the jitter are not returned."""
     calls = c.calls.filter(pl.col("match_key").is_not_null() & ~pl.col("op").is_in(list(P2P_OPS))
-                           & (pl.col("matched_ranks") > 1))
+                           & (pl.col("matched_ranks") > 1) & (pl.col("matched_ranks") == pl.col("group_size")))
     if calls.height == 0:
         return {}
     present = set(calls["dimension"].to_list())

@@ -27,6 +27,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "16-socket-s5": ("nccl_socket_fallback", {**N16, "seed": 5}, {"socket_fallback": True}, {}),
     "16-pp-mb-s6": ("pipeline_bubble", {**PP16, "seed": 6}, {},
                     {"micro_batches": 8, "tokens": 1024}),  # 4x the micro-batches, same global batch
+    "16-tp-across-pp-s13": ("tp_across_nodes", {**PP16, "seed": 13}, {"tp_across_nodes": True}, {}),
     "16-a2a-s7": ("alltoall_imbalance", {**EP16, "seed": 7}, {"alltoall_imbalance": 3.0}, {}),
     "64-straggler-s8": ("straggler", {**N64, "seed": 8}, {"straggler": 37, "straggler_us": 5000}, {}),
     "64-tp-across-s9": ("tp_across_nodes", {**N64, "seed": 9}, {"tp_across_nodes": True}, {}),
@@ -83,6 +84,8 @@ def test_clean_run_has_no_finding_above_info(base: dict[str, Any], seed: int, tm
 WHAT_IF: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...], dict[str, Any]]] = {
     # name: (base, measured run, --what-if, regenerated run)
     "tp-to-nvlink": ({**N16, "seed": 2}, {"tp_across_nodes": True}, ("tp:nvlink", "dp:ib"), {}),
+    "tp-to-nvlink-pipeline": ({**PP16, "seed": 3}, {"tp_across_nodes": True, "straggler": 6, "straggler_us": 3000},
+                              ("tp:nvlink", "pp:ib"), {"straggler": 6, "straggler_us": 3000}),
     "overlap-dp": ({**N16, "seed": 3}, {"dp_overlap": False}, ("overlap:dp",), {}),
     "ib-slower": ({**N16, "seed": 4}, {}, ("ib=12.5",), {"slow_link": "gpu-node-01"}),
     "straggler-off": ({**N16, "seed": 1}, {"straggler": 5, "straggler_us": 3000}, ("straggler:off",), {}),

@@ -70,7 +70,9 @@ class Layout:
         """Every group of the layout -> its dimension: single dimensions first, then groups over several
         dimensions (named after the outermost one); the whole world is ``world``."""
         real = [d for d, size in self._dims() if size > 1]
-        out: dict[frozenset[int], str] = {frozenset(range(self.world_size)): "world"}
+        # with one real dimension (`--layout dp=8`: plain DDP) the whole world *is* that dimension
+        world = real[0] if len(real) == 1 else "world"
+        out: dict[frozenset[int], str] = {frozenset(range(self.world_size)): world}
         for n in range(1, len(real)):
             for combo in itertools.combinations(real, n):
                 outer = max(combo, key=MEGATRON_ORDER.index)
@@ -169,8 +171,10 @@ def dimension_from_name(desc: str | None) -> str | None:
             found += ["tp", "pp"]
         return _outermost(found)
     low = name.lower()
-    if low.startswith("mesh_") or low in _MESH_TOKENS:
-        tokens = re.split(r"[_\-]", low.removeprefix("mesh_"))
+    tokens = re.split(r"[_\-]", low.removeprefix("mesh_"))
+    # DeviceMesh names its groups mesh_<dim names>; a bare name made only of such dims (torchtitan's
+    # "dp_shard", "dp_replicate") reads the same
+    if low.startswith("mesh_") or all(t in _MESH_TOKENS for t in tokens):
         return _outermost([_MESH_TOKENS[t] for t in tokens if t in _MESH_TOKENS])
     return None
 
@@ -185,7 +189,8 @@ def group_traffic(collectives: pl.DataFrame, steps: pl.DataFrame | None = None) 
     """Per process group: calls per rank-step, share of point-to-point and all-to-all calls, and the
     mean message size of its reducing collectives (all-reduce, reduce-scatter, all-gather)."""
     schema = {"pg": pl.String, "calls_per_step": pl.Float64, "p2p_share": pl.Float64,
-              "a2a_share": pl.Float64, "reducing_bytes": pl.Float64}
+              "a2a_share": pl.Float64, "reducing_bytes": pl.Float64, "reducing_share": pl.Float64,
+              "reducing_per_step": pl.Float64, "overlap_share": pl.Float64}
     if collectives.height == 0 or "pg" not in collectives.columns:
         return pl.DataFrame(schema=schema)
     coll = collectives.filter(pl.col("pg").is_not_null())
@@ -200,6 +205,13 @@ def group_traffic(collectives: pl.DataFrame, steps: pl.DataFrame | None = None) 
     else:
         rank_steps = pg_ranks.group_by("pg").agg(pl.len().alias("_rs"))
     reducing = pl.col("op").is_in(list(REDUCING_OPS))
+    # how much of its reducing calls' time ran beside compute (DDP's buckets overlap backward); known only
+    # once the overlap step has split each call into overlapped and exposed time
+    if {"overlapped_ns", "exposed_ns"} <= set(coll.columns):
+        hidden = pl.col("overlapped_ns").filter(reducing).sum()
+        overlap = (hidden / (hidden + pl.col("exposed_ns").filter(reducing).sum())).alias("overlap_share")
+    else:
+        overlap = pl.lit(None, dtype=pl.Float64).alias("overlap_share")
     return (
         coll.group_by("pg")
         .agg(
@@ -207,9 +219,14 @@ def group_traffic(collectives: pl.DataFrame, steps: pl.DataFrame | None = None) 
             pl.col("op").is_in(list(P2P_OPS)).mean().alias("p2p_share"),
             (pl.col("op") == "all_to_all").mean().alias("a2a_share"),
             pl.col("bytes").filter(reducing).mean().cast(pl.Float64).alias("reducing_bytes"),
+            reducing.filter(pl.col("op") != "barrier").mean().alias("reducing_share"),
+            reducing.sum().alias("_reducing"),
+            overlap,
         )
         .join(rank_steps, on="pg", how="left")
-        .with_columns((pl.col("_calls") / pl.col("_rs").clip(lower_bound=1)).alias("calls_per_step"))
+        .with_columns((pl.col("_calls") / pl.col("_rs").clip(lower_bound=1)).alias("calls_per_step"),
+                      (pl.col("_reducing") / pl.col("_rs").clip(lower_bound=1)).alias("reducing_per_step"),
+                      pl.col("overlap_share").fill_nan(None).cast(pl.Float64))
         .select(list(schema))
     )
 
@@ -279,6 +296,27 @@ def _structure(ranks: list[int], world_size: int | None, nodes: int | None, mult
     return Verdict(winner, "structure", round(0.5 + 0.3 * (2 * agree / len(cast) - 1), 2))
 
 
+GRADIENT_BYTES = 64 * 1024  # a mean reducing call this large carries gradients, not a loss or a metric
+WORLD_DP_OVERLAP = 0.05  # share of its reducing time hidden behind compute: the buckets overlap backward
+
+
+def world_as_dp(traffic: dict[str, float | None] | None, other_data_groups: bool) -> Verdict | None:
+    """A world group that is the job's data-parallel group (plain DDP, or FSDP over all ranks): no other
+    group moves data, at least 80% of its calls (barriers aside) are all-reduce / reduce-scatter /
+    all-gather, they are gradient-sized (mean >= 64 KiB) and some of their time overlaps compute. The
+    tensor-parallel all-reduces of a TP-only job are as large but sit on the critical path (no overlap).
+    Confidence 0.6, +0.1 when bucketed (two or more such calls per rank-step), +0.1 when most of their
+    time is hidden."""
+    t = traffic or {}
+    share, size, overlap = t.get("reducing_share"), t.get("reducing_bytes"), t.get("overlap_share")
+    if other_data_groups or share is None or size is None or overlap is None:
+        return None
+    if share < 0.8 or size < GRADIENT_BYTES or overlap < WORLD_DP_OVERLAP:
+        return None
+    signs = [(t.get("reducing_per_step") or 0) >= 2, overlap >= 0.5]
+    return Verdict("dp", "structure", round(0.6 + 0.1 * sum(signs), 2))
+
+
 # --------------------------------------------------------------------------------------------- classify
 
 def classify_dimensions(
@@ -301,17 +339,24 @@ def classify_dimensions(
                   if pg in traffic and ranks and len(set(ranks)) != world_size
                   and (traffic[pg]["p2p_share"] or 0) < 1 and (traffic[pg]["a2a_share"] or 0) < 0.5]
     medians = {k: _median([c[k] for c in candidates]) for k in ("calls_per_step", "reducing_bytes")}
+    # groups other than the world that move data (not only barriers): with one, the world is not the dp group
+    data_groups = {pg for pg, ranks in zip(pgs["pg"].to_list(), all_ranks, strict=True)
+                   if pg in traffic and ranks and len(set(ranks)) > 1 and len(set(ranks)) != world_size
+                   and (traffic[pg]["reducing_share"] is not None or (traffic[pg]["p2p_share"] or 0) > 0)}
     verdicts = []
     for pg, desc, ranks, n in zip(pgs["pg"].to_list(), pgs["desc"].to_list(), all_ranks, nodes, strict=True):
         ranks = list(ranks or [])
         if ranks and frozenset(ranks) in layout_groups:
             verdicts.append(Verdict(layout_groups[frozenset(ranks)], "layout", LAYOUT_CONFIDENCE))
-        elif (named := dimension_from_name(desc)) is not None:
-            verdicts.append(Verdict(named, "name", NAME_CONFIDENCE))
-        elif ranks:
-            verdicts.append(_structure(ranks, world_size, n, multi_node, traffic.get(pg), medians))
-        else:
-            verdicts.append(UNKNOWN_VERDICT)
+            continue
+        named = dimension_from_name(desc)
+        verdict = (Verdict(named, "name", NAME_CONFIDENCE) if named is not None
+                   else _structure(ranks, world_size, n, multi_node, traffic.get(pg), medians) if ranks
+                   else UNKNOWN_VERDICT)
+        if verdict.dimension == "world":
+            # "world" names who is in it, not what it is for: a world group doing DDP's work is dp
+            verdict = world_as_dp(traffic.get(pg), bool(data_groups - {pg})) or verdict
+        verdicts.append(verdict)
     return pgs.with_columns(
         pl.Series("dimension", [v.dimension for v in verdicts], dtype=pl.String),
         pl.Series("dimension_source", [v.source for v in verdicts], dtype=pl.String),

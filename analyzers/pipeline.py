@@ -18,6 +18,7 @@ import polars as pl
 from commprof.analyzers import summaries as sm
 from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
 from commprof.analyzers.classify import Layout, check_layout, classify_dimensions
+from commprof.analyzers.distribution import rank_distribution
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
 from commprof.analyzers.findings import Finding, rank_findings
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
@@ -65,6 +66,7 @@ class Analysis:
     match_by: str  # how calls were matched across ranks: seq | order | seq and order | none
     unmatched_calls: int
     rank_summary: pl.DataFrame
+    rank_distribution: pl.DataFrame  # per figure of rank_summary: min, p10, median, p90, max over the ranks
     totals: dict[str, Any]
     group_summary: pl.DataFrame
     collectives_summary: pl.DataFrame
@@ -203,7 +205,7 @@ def step_summaries(w: _Work) -> None:
         w.collectives = c
     ranks = sm.rank_summary(st)
     w.out.update(
-        rank_summary=ranks, totals=sm.totals(ranks),
+        rank_summary=ranks, totals=sm.totals(ranks), rank_distribution=rank_distribution(ranks),
         group_summary=sm.group_summary(c, st, w.pg_steps, pgs),
         collectives_summary=sm.collectives_summary(c),
         call_sizes=sm.call_sizes(c, st, pgs),

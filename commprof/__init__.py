@@ -13,10 +13,29 @@ Python API::
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "analyze", "analyze_run", "open_run"]
+
+
+def _source_checkout_subpackages() -> None:
+    """In the repository, ``analyzers/`` and ``dashboard/`` sit beside ``commprof/`` and the wheel maps them
+    to ``commprof.analyzers`` and ``commprof.dashboard`` (pyproject's package-dir). When this package is
+    imported from a checkout instead — ``python -m commprof`` in the repository root finds ``./commprof``
+    before an installed wheel — the same mapping has to hold here, or every command fails to import its
+    analyzers. An installed wheel has ``commprof/analyzers`` itself and is left alone."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    if (not os.path.isdir(os.path.join(here, "analyzers"))
+            and os.path.isfile(os.path.join(root, "analyzers", "__init__.py"))
+            and os.path.isfile(os.path.join(root, "pyproject.toml"))
+            and root not in __path__):
+        __path__.append(root)
+
+
+_source_checkout_subpackages()
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis, AnalysisSettings

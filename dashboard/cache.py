@@ -2,10 +2,12 @@
 
 Callbacks pass only keys (run names, steps, windows) through the browser; the frames stay here. The run
 dict is fixed at startup from the CLI, so no request can name a path: an unknown key is an error page.
+A run that could not be opened at startup is kept as its message (``failures``) and shown on its page.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import traceback
 from functools import lru_cache
@@ -16,14 +18,16 @@ import polars as pl
 
 import commprof
 from commprof.dashboard import figures, transforms
+from commprof.dashboard.style import group_label
 
 if TYPE_CHECKING:
-    from commprof.analyzers.pipeline import Analysis
+    from commprof.analyzers.pipeline import Analysis, AnalysisSettings
     from commprof.run import Run
 
 TIMELINE_BINS = 1000  # segments per lane at most, for any window
 TIMELINE_POINT_BUDGET = 150_000  # lanes × bins is capped by this (3 points per segment)
-DEFAULT_TIMELINE_RANKS = 16
+DEFAULT_TIMELINE_RANKS = 8
+MAX_TIMELINE_RANKS = 128  # 256 lanes: the figure stays far below the browser's 8192-px canvas limit
 
 
 class RunFailed(Exception):
@@ -38,22 +42,27 @@ class RunFailed(Exception):
 
 
 class RunCache:
-    def __init__(self, runs: dict[str, Run]) -> None:
+    def __init__(self, runs: dict[str, Run], settings: AnalysisSettings | None = None,
+                 failures: dict[str, str] | None = None, order: list[str] | None = None) -> None:
         self.runs = dict(runs)
+        self.settings = settings
+        self.failures = dict(failures or {})  # key -> why the run could not be opened
+        self.order = order or [*self.runs, *(k for k in self.failures if k not in self.runs)]
         self._lock = threading.Lock()
         self._analyses: dict[str, Analysis] = {}
         self._failures: dict[str, RunFailed] = {}
         # per-instance caches (a module-level lru_cache on methods would keep every app's runs alive)
         self.timeline_base = lru_cache(maxsize=8)(self._timeline_base)
         self.timeline_figure = lru_cache(maxsize=128)(self._timeline_figure)
+        self.report = lru_cache(maxsize=8)(self._report)
+        self.perfetto = lru_cache(maxsize=2)(self._perfetto)
         self.skew = lru_cache(maxsize=8)(self._skew)
-        self.traffic = lru_cache(maxsize=8)(self._traffic)
-        self.exposed_by = lru_cache(maxsize=32)(self._exposed_by)
         self.collective_groups = lru_cache(maxsize=8)(self._collective_groups)
-        self.compare_values = lru_cache(maxsize=8)(self._compare_values)
+        self.group_names = lru_cache(maxsize=8)(self._group_names)
+        self.default_ranks = lru_cache(maxsize=8)(self._default_ranks)
 
     def keys(self) -> list[str]:
-        return list(self.runs)
+        return list(self.order)
 
     def analysis(self, key: str) -> Analysis:
         """The run's analysis (computed on first use); raises KeyError or RunFailed."""
@@ -64,7 +73,7 @@ class RunCache:
                 raise self._failures[key]
             if key not in self._analyses:
                 try:
-                    self._analyses[key] = commprof.analyze(self.runs[key])
+                    self._analyses[key] = commprof.analyze(self.runs[key], self.settings)
                 except Exception as err:  # noqa: BLE001 - any analyzer bug becomes a message page
                     self._failures[key] = RunFailed(key, err)
                     raise self._failures[key] from err
@@ -72,8 +81,10 @@ class RunCache:
 
     def check(self, key: str) -> str | None:
         """None when the run can be shown, else the message to show."""
+        if key in self.failures:
+            return f"run {key!r} could not be opened: {self.failures[key]}"
         if key not in self.runs:
-            names = ", ".join(self.runs) or "none"
+            names = ", ".join(self.order) or "none"
             return f"No run named {key!r}. This dashboard serves only the runs it was started with: {names}."
         try:
             self.analysis(key)
@@ -81,7 +92,36 @@ class RunCache:
             return str(err)
         return None
 
-    # ------------------------------------------------------------ overview
+    # ------------------------------------------------------------ shared
+    def _group_names(self, key: str) -> dict[str, str]:
+        """pg -> "mesh_dp (pg 5)"."""
+        pgs = self.analysis(key).process_groups
+        descs = pgs["desc"].to_list() if "desc" in pgs.columns else [None] * pgs.height
+        return {str(pg): group_label(str(pg), d) for pg, d in zip(pgs["pg"].to_list(), descs, strict=True)}
+
+    def hosts(self, key: str) -> dict[int, str]:
+        ranks = self.analysis(key).ranks
+        return {int(r): (h or "?") for r, h in zip(ranks["rank"].to_list(), ranks["host"].to_list(), strict=True)}
+
+    def _report(self, key: str) -> dict[str, Any]:
+        """The CLI's analyze report (analysis_json): the overview's table shows exactly the CLI's rows."""
+        from commprof.report import analysis_json
+
+        return analysis_json.build(self.analysis(key))
+
+    def _perfetto(self, key: str) -> bytes:
+        from commprof.export import perfetto
+
+        return json.dumps(perfetto.build(self.analysis(key)), separators=(",", ":")).encode()
+
+    def findings(self, key: str) -> tuple[Any, ...]:
+        """The analysis' ranked findings (analyzers/findings.py); () where it computes none."""
+        found = getattr(self.analysis(key), "findings", ())
+        return tuple(found) if isinstance(found, (tuple, list)) else ()
+
+    def findings_computed(self, key: str) -> bool:
+        return bool(getattr(self.analysis(key), "findings_computed", False))
+
     def facts(self, key: str) -> list[tuple[str, str]]:
         analysis = self.analysis(key)
         facts = analysis.facts
@@ -94,45 +134,62 @@ class RunCache:
         modes = sorted(set(ranks["mode"].drop_nulls().to_list()))
         out = [
             ("run", key), ("path", facts.path), ("source", facts.kind),
-            ("world size", str(facts.world_size or "?")),
+            ("world size", str(facts.world_size or "unknown")),
             ("ranks analyzed", str(ranks.height)),
-            ("hosts", f"{len(hosts)}: {', '.join(hosts[:8])}{' …' if len(hosts) > 8 else ''}" if hosts else "?"),
-            ("GPUs", ", ".join(gpus) if gpus else ("none (CPU run)" if modes == ["cpu"] else "?")),
-            ("backend", ", ".join(sorted(set(ranks["backend"].drop_nulls().to_list()))) or "?"),
+            ("hosts", f"{len(hosts)}: {', '.join(hosts[:8])}{' …' if len(hosts) > 8 else ''}" if hosts
+             else "unknown"),
+            ("GPUs", ", ".join(gpus) if gpus else ("none (CPU run)" if modes == ["cpu"] else "unknown")),
+            ("backend", ", ".join(sorted(set(ranks["backend"].drop_nulls().to_list()))) or "unknown"),
             ("steps analyzed", str(analysis.steps_analyzed)),
+            ("calls matched", {"seq": "by sequence number", "order": "by their order in each group (no seq)",
+                               "seq and order": "by sequence number, else by order"}.get(analysis.match_by,
+                                                                                         "not matched")),
         ]
         versions = manifest.get("versions") or {}
         if isinstance(versions, dict) and versions:
             out.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v and k != "launcher_python")))
         if facts.synthetic:
             out.append(("synthetic", "yes — generated, every number known by construction"))
-        if analysis.warnings:
-            out.append(("warnings", f"{len(analysis.warnings)}: {analysis.warnings[0]}"))
         return out
 
-    def findings(self, key: str) -> pl.DataFrame | None:
-        found = getattr(self.analysis(key), "findings", None)
-        return found if isinstance(found, pl.DataFrame) else None
-
-    def _exposed_by(self, key: str, by: str) -> pl.DataFrame:
-        a = self.analysis(key)
-        return a.by_dimension if by == "dimension" else a.by_tier
-
     # ------------------------------------------------------------ timeline
-    def _timeline_base(self, key: str) -> transforms.TimelineBase:
+    def _timeline_base(self, key: str, lanes: str = transforms.RANK_LANES) -> transforms.TimelineBase:
         a = self.analysis(key)
-        return transforms.timeline_base(a.tables.intervals(), a.collectives, a.steps, a.exposed_spans)
+        return transforms.timeline_base(a.tables.intervals(), a.collectives, a.steps, a.exposed_spans, lanes,
+                                        self.group_names(key))
 
-    def default_ranks(self, key: str) -> list[int]:
-        ranks = self.analysis(key).ranks["rank"].to_list()
-        return ranks[:DEFAULT_TIMELINE_RANKS]
+    def _default_ranks(self, key: str) -> tuple[int, ...]:
+        """The ranks worth a first look: the top finding's, else the straggler and the group that waits
+        for it most, then the ranks with the most exposed comm (at most DEFAULT_TIMELINE_RANKS)."""
+        a = self.analysis(key)
+        chosen: list[int] = []
+        for finding in self.findings(key)[:1]:
+            chosen += [int(r) for r in getattr(finding, "ranks", ())]
+        worst = a.stragglers.filter(pl.col("caused_wait_ns_per_step") > 0).sort(
+            "caused_wait_ns_per_step", "rank", descending=[True, False]).head(1)
+        if worst.height and not chosen:
+            late = int(worst["rank"][0])
+            chosen.append(late)
+            waited = a.collectives.filter((pl.col("late_rank") == late) & (pl.col("rank") != late)).sort(
+                "wait_ns", descending=True).head(1) if "late_rank" in a.collectives.columns else pl.DataFrame()
+            if waited.height:
+                pg = waited["pg"][0]
+                members = a.process_groups.filter(pl.col("pg") == pg)["ranks"].to_list()
+                chosen += [int(r) for r in (members[0] if members else [])]
+        for r in a.rank_summary.sort("exposed_comm_ns", "rank", descending=[True, False])["rank"].to_list():
+            chosen.append(int(r))
+        out: list[int] = []
+        for r in chosen:
+            if r not in out:
+                out.append(r)
+        return tuple(sorted(out[:DEFAULT_TIMELINE_RANKS]))
 
-    def _timeline_figure(self, key: str, start_ns: int, end_ns: int, ranks: tuple[int, ...] | None
+    def _timeline_figure(self, key: str, start_ns: int, end_ns: int, ranks: tuple[int, ...], lanes: str
                          ) -> tuple[go.Figure, dict[str, Any]]:
-        base = self.timeline_base(key)
-        rows = base.rows if ranks is None else base.rows.filter(pl.col("rank").is_in(list(ranks)))
+        base = self.timeline_base(key, lanes)
+        rows = base.rows.filter(pl.col("rank").is_in(list(ranks)))
         bins = max(50, min(TIMELINE_BINS, TIMELINE_POINT_BUDGET // max(rows.height * 3, 1)))
-        segs = transforms.timeline_segments(base, (start_ns, end_ns), None if ranks is None else list(ranks), bins)
+        segs = transforms.timeline_segments(base, (start_ns, end_ns), list(ranks), bins)
         fig = figures.timeline_figure(segs, rows, base.origin_ns, (start_ns, end_ns))
         info = {"lanes": rows.height, "segments": segs.height, "bins": bins}
         return fig, info
@@ -143,37 +200,38 @@ class RunCache:
         sizes = self.analysis(key).call_sizes
         if sizes.height == 0:
             return pl.DataFrame()
+        names = self.group_names(key)
         return sizes.select(
-            "pg", "dimension", "tier", "op", "bytes", pl.col("count").alias("calls"), "ranks",
-            (pl.col("mean_ns") / 1e3).round(1).alias("mean_us"),
-            (pl.col("exposed_ns_per_step") / 1e3).round(2).alias("exposed_us_per_step"),
-            pl.col("busbw_gbps").round(2), pl.col("efficiency").round(3),
+            pl.col("pg").cast(pl.String),
+            pl.col("pg").cast(pl.String).replace(names).alias("group"), "dimension", "tier", "op",
+            pl.col("bytes"), transforms.size_text("bytes").str.replace("size unknown", "unknown").alias("size"),
+            pl.col("count").alias("calls"), "ranks",
+            (pl.col("mean_ns") / 1e6).round(4).alias("mean_ms"),
+            (pl.col("exposed_ns_per_step") / 1e6).round(4).alias("exposed_ms_per_step"),
+            pl.col("busbw_gbps").round(2), (pl.col("efficiency") * 100).round(1).alias("efficiency_pct"),
         )
 
-    # ------------------------------------------------------------ skew / topology
+    # ------------------------------------------------------------ skew
     def _skew(self, key: str) -> tuple[pl.DataFrame, dict[str, Any] | None]:
         """Waits per rank and matched call, and the rank the others waited for most (None: nobody)."""
         a = self.analysis(key)
         worst = a.stragglers.sort("caused_wait_ns_per_step", "rank", descending=[True, False]).head(1)
         top = worst.row(0, named=True) if worst.height and worst["caused_wait_ns_per_step"][0] > 0 else None
-        return transforms.skew_waits(a.collectives), top
-
-    def _traffic(self, key: str) -> tuple[pl.DataFrame, int]:
-        a = self.analysis(key)
-        return a.traffic, a.traffic_left_out
+        return transforms.skew_waits(a.collectives, self.group_names(key)), top
 
     def links(self, key: str) -> pl.DataFrame:
         return transforms.group_links(self.analysis(key).process_groups)
 
     # ------------------------------------------------------------ compare
-    def _compare_values(self, key: str) -> pl.DataFrame:
+    def compare_values(self, key: str) -> pl.DataFrame:
         a = self.analysis(key)
-        return transforms.step_and_exposed(a.totals, a.by_dimension, a.by_tier)
+        return transforms.compare_metrics(a.totals, a.by_dimension, a.by_tier)
 
 
-def warmed(runs: dict[str, Run]) -> tuple[RunCache, list[str]]:
+def warmed(runs: dict[str, Run], settings: AnalysisSettings | None = None, failures: dict[str, str] | None = None,
+           order: list[str] | None = None) -> tuple[RunCache, list[str]]:
     """A cache with every run analyzed up front (so no page's first load pays for it), and the
     message of each run that could not be analyzed."""
-    cache = RunCache(runs)
+    cache = RunCache(runs, settings, failures, order)
     problems = [problem for key in runs if (problem := cache.check(key))]
     return cache, problems

@@ -36,7 +36,7 @@ COLL_FILTER_PG = "collectives-filter-pg"
 TOPO_GRAPH = "topology-graph"
 TOPO_TRAFFIC = "topology-traffic"
 
-# skew
+# skew (the per-call heatmap; SKEW_GROUPS below is the per-group one)
 SKEW_HEATMAP = "skew-heatmap"
 SKEW_STRAGGLER = "skew-straggler"
 
@@ -49,3 +49,19 @@ COMPARE_MESSAGE = "compare-message"
 
 # message page (unknown run, failed analysis)
 MESSAGE = "message"
+
+# added with the URL state, headline and drill-downs
+OVERVIEW_HEADLINE = "overview-headline"
+OVERVIEW_DIM_TIER = "overview-dimension-tier"
+OVERVIEW_WARNINGS = "overview-warnings"
+PERFETTO_LINK = "perfetto-link"
+TIMELINE_LANES = "timeline-lanes"
+TIMELINE_MESSAGE = "timeline-message"
+COLL_MESSAGE = "collectives-message"
+SKEW_GROUPS = "skew-groups"
+SKEW_PG = "skew-pg"
+SKEW_MESSAGE = "skew-message"
+SKEW_MATCH = "skew-match"
+TOPO_MESSAGE = "topology-message"
+INDEX_TABLE = "runs-index"
+COMPARE_NOTE = "compare-note"

@@ -44,24 +44,44 @@ def _short_lane(lane: str) -> str:
     return lane
 
 
+STREAM_LANES = "streams"  # one lane per stream/thread, as the trace has them
+RANK_LANES = "ranks"  # one compute and one comm lane per rank (the default)
+
+
 def timeline_base(intervals: pl.DataFrame, collectives: pl.DataFrame, steps: pl.DataFrame,
-                  exposed_spans: pl.DataFrame) -> TimelineBase:
+                  exposed_spans: pl.DataFrame, lanes: str = RANK_LANES,
+                  group_names: dict[str, str] | None = None) -> TimelineBase:
+    """The timeline's rows and boxes. With ``RANK_LANES`` every rank has two rows, its compute (and
+    memory) work on all streams merged into one, and its collectives on all streams merged into the other."""
     keep = intervals.filter(pl.col("kind").cast(pl.String).is_in(["compute", "comm", "memory"]))
-    rows = (
-        keep.select("rank", "lane").unique()
-        .with_columns(pl.col("lane").str.extract(r"(\d+)\D*$").cast(pl.Int64, strict=False).alias("_n"))
-        .sort("rank", "_n", "lane").drop("_n")
-        .with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
-        .with_columns(pl.format("r{} {}", "rank", pl.col("lane").map_elements(_short_lane, pl.String))
-                      .alias("label"))
-    )
+    if lanes == RANK_LANES:
+        keep = keep.with_columns(pl.when(pl.col("kind").cast(pl.String) == "comm").then(pl.lit("comm"))
+                                 .otherwise(pl.lit("compute")).alias("lane"))
+        collectives = collectives.with_columns(pl.lit("comm").alias("lane"))
+        ranks = sorted(set(keep["rank"].to_list()) | set(collectives["rank"].to_list()))
+        rows = pl.DataFrame({"rank": [r for r in ranks for _ in range(2)],
+                             "lane": ["compute", "comm"] * len(ranks)},
+                            schema={"rank": keep.schema["rank"], "lane": pl.String})
+        rows = rows.with_row_index("row").with_columns(
+            pl.col("row").cast(pl.Int64), pl.format("rank {} {}", "rank", "lane").alias("label"))
+    else:
+        rows = (
+            keep.select("rank", "lane").unique()
+            .with_columns(pl.col("lane").str.extract(r"(\d+)\D*$").cast(pl.Int64, strict=False).alias("_n"))
+            .sort("rank", "_n", "lane").drop("_n")
+            .with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
+            .with_columns(pl.format("r{} {}", "rank", pl.col("lane").map_elements(_short_lane, pl.String))
+                          .alias("label"))
+        )
     lane_boxes = (
         keep.filter(pl.col("kind").cast(pl.String) != "comm")
         .join(rows.select("rank", "lane", "row"), on=["rank", "lane"])
         .select("row", pl.col("kind").cast(pl.String).alias("category"), "start_ns", "end_ns")
     )
+    names = group_names or {}
     calls = collectives.join(rows.select("rank", "lane", "row"), on=["rank", "lane"]).select(
-        "row", "rank", pl.col("dimension").fill_null(UNKNOWN), "start_ns", "end_ns", "op", "pg", "bytes",
+        "row", "rank", pl.col("dimension").fill_null(UNKNOWN), pl.col("tier").fill_null(UNKNOWN), "start_ns",
+        "end_ns", "op", pl.col("pg").cast(pl.String).replace(names).fill_null(UNKNOWN).alias("group"), "bytes",
         "busbw_gbps", "exposed_ns",
     ).sort("row", "start_ns")
     comm_boxes = calls.select("row", pl.concat_str(pl.lit("comm:"), "dimension").alias("category"),
@@ -126,8 +146,23 @@ def timeline_segments(base: TimelineBase, window: tuple[int, int], ranks: list[i
         pl.col("start_ns").clip(lower_bound=lo), pl.col("end_ns").clip(upper_bound=hi)))
 
 
+def size_text(column: str) -> pl.Expr:
+    """Bytes as text with an SI prefix; a missing size reads "size unknown"."""
+    b = pl.col(column).cast(pl.Float64)
+    return (pl.when(b.is_null() | (b < 0)).then(pl.lit("size unknown"))
+            .when(b >= 1e9).then(pl.format("{} GB", (b / 1e9).round(1)))
+            .when(b >= 1e6).then(pl.format("{} MB", (b / 1e6).round(1)))
+            .when(b >= 1e3).then(pl.format("{} KB", (b / 1e3).round(1)))
+            .otherwise(pl.format("{} B", b.cast(pl.Int64))))
+
+
+def _ms(column: str) -> pl.Expr:
+    return (pl.col(column).cast(pl.Float64) / 1e6).round(4)
+
+
 def _with_hover(segs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """Hover per comm segment: the collective when the segment holds one, else a count and total."""
+    """Hover per comm segment, naming rank, group, dimension, tier and size when the segment holds one
+    collective, else how many were merged and their exposed time."""
     comm = segs.filter(pl.col("category").str.starts_with("comm:")).with_columns(
         pl.col("category").str.strip_prefix("comm:").alias("dimension")
     )
@@ -142,16 +177,19 @@ def _with_hover(segs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("seg_start").is_not_null() & (pl.col("start_ns") < pl.col("seg_end")))
     )
     per_seg = joined.group_by("row", "dimension", "seg_start").agg(
-        pl.len().alias("calls"), pl.col("op").first(), pl.col("pg").first(), pl.col("bytes").first(),
-        pl.col("busbw_gbps").first(), pl.col("exposed_ns").sum(), (pl.col("end_ns") - pl.col("start_ns")).sum()
-        .alias("dur_ns"),
+        pl.len().alias("calls"), pl.col("rank").first(), pl.col("op").first(), pl.col("group").first(),
+        pl.col("tier").first(), pl.col("bytes").first(), pl.col("busbw_gbps").first(), pl.col("exposed_ns").sum(),
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("dur_ns"),
     ).with_columns(
         pl.when(pl.col("calls") == 1).then(pl.format(
-            "{} · pg {} · {} B · busbw {} GB/s · exposed {} µs of {} µs",
-            "op", "pg", pl.col("bytes").fill_null(-1), pl.col("busbw_gbps").round(1).fill_null(-1),
-            (pl.col("exposed_ns") / 1e3).round(1), (pl.col("dur_ns") / 1e3).round(1),
-        )).otherwise(pl.format("{} collectives merged · exposed {} µs", "calls", (pl.col("exposed_ns") / 1e3)
-                               .round(1))).alias("hover")
+            "rank {} · {} · {}<br>dimension {} · tier {}<br>{} · busbw {}<br>exposed {} ms of {} ms",
+            "rank", "op", "group", "dimension", "tier", size_text("bytes"),
+            pl.when(pl.col("busbw_gbps").is_null()).then(pl.lit("unknown"))
+            .otherwise(pl.format("{} GB/s", pl.col("busbw_gbps").round(2))),
+            _ms("exposed_ns"), _ms("dur_ns"),
+        )).otherwise(pl.format("rank {} · {} collectives merged (zoom in to see each)<br>dimension {}<br>"
+                               "exposed {} ms of {} ms", "rank", "calls", "dimension", _ms("exposed_ns"),
+                               _ms("dur_ns"))).alias("hover")
     ).select("row", pl.concat_str(pl.lit("comm:"), "dimension").alias("category"),
              pl.col("seg_start").alias("start_ns"), "calls", "hover")
     return segs.join(per_seg, on=["row", "category", "start_ns"], how="left").with_columns(
@@ -160,16 +198,40 @@ def _with_hover(segs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------- skew
-def skew_waits(collectives: pl.DataFrame) -> pl.DataFrame:
-    """One row per rank and matched call: key, label (pg, dimension, op), first_ns, wait_ns (the analysis'
-    wait: time blocked on the latest rank to arrive)."""
+def skew_waits(collectives: pl.DataFrame, group_names: dict[str, str] | None = None) -> pl.DataFrame:
+    """One row per rank and matched call: key, pg, label (group, dimension, op), first_ns, wait_ns (the
+    analysis' wait: time blocked on the latest rank to arrive)."""
     c = collectives.filter(pl.col("match_key").is_not_null() & pl.col("step").is_not_null())
+    c = c.with_columns(pl.col("pg").cast(pl.String).replace(group_names or {}).alias("group"))
     return (c.group_by("match_key", "rank").agg(pl.col("wait_ns").max(), pl.col("start_ns").min(),
                                                 pl.col("op").first(), pl.col("pg").first(),
-                                                pl.col("dimension").first())
+                                                pl.col("group").first(), pl.col("dimension").first(),
+                                                pl.col("step").first())
             .with_columns(pl.col("start_ns").min().over("match_key").alias("first_ns"),
-                          pl.format("{} · {} · {}", "pg", "dimension", "op").alias("label"))
+                          pl.format("{} · {} · {}", "group", "dimension", "op").alias("label"))
             .rename({"match_key": "key"}).sort("first_ns", "rank"))
+
+
+def skew_by_group(waits: pl.DataFrame, hosts: dict[int, str], group_names: dict[str, str],
+                  max_rows: int) -> tuple[pl.DataFrame, str]:
+    """The skew heatmap's cells: row (a rank, or a host beyond ``max_rows`` ranks), column (a group, named
+    with its dimension), wait_ns_per_step (a host's row: its worst rank). Returns (cells, "rank"|"host")."""
+    by = "rank" if waits["rank"].n_unique() <= max_rows else "host"
+    frame = waits.with_columns(
+        pl.format("{} · {}", pl.col("pg").replace_strict(group_names, default=pl.col("pg")), "dimension")
+        .alias("column"),
+        pl.col("rank").cast(pl.Int64).replace_strict(hosts, default="?", return_dtype=pl.String).alias("host"),
+    )
+    if by == "rank":
+        cells = frame.select(pl.col("rank").cast(pl.String).alias("row"), "rank", "host", "pg", "dimension",
+                             "column", "wait_ns_per_step", "max_wait_ns", "max_wait_step")
+    else:
+        cells = (frame.sort("wait_ns_per_step", descending=True)
+                 .group_by("host", "pg", "dimension", "column", maintain_order=True)
+                 .agg(pl.col("rank").first(), pl.col("wait_ns_per_step").first(), pl.col("max_wait_ns").max(),
+                      pl.col("max_wait_step").first())
+                 .with_columns(pl.col("host").alias("row")))
+    return cells, by
 
 
 # ---------------------------------------------------------------- topology
@@ -193,26 +255,48 @@ def group_links(process_groups: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------- compare
-def step_and_exposed(totals: dict[str, float | None], by_dimension: pl.DataFrame, by_tier: pl.DataFrame
-                     ) -> pl.DataFrame:
-    """What compare puts side by side: metric, value_ns (the analyses' means per rank-step)."""
-    rows = [("step time", totals.get("step_ns")), ("exposed comm (total)", totals.get("exposed_comm_ns")),
-            ("exposed wait (late ranks)", totals.get("exposed_wait_ns")),
-            ("exposed transfer", totals.get("exposed_transfer_ns"))]
-    rows += [(f"exposed · dimension {r['dimension']}", r["exposed_ns_per_step"])
-             for r in by_dimension.iter_rows(named=True)]
-    rows += [(f"exposed · tier {r['tier']}", r["exposed_ns_per_step"]) for r in by_tier.iter_rows(named=True)]
-    return pl.DataFrame({"metric": [m for m, _ in rows], "value_ns": [v for _, v in rows]},
-                        schema={"metric": pl.String, "value_ns": pl.Float64})
+TOTAL_METRICS = (("step time", "step_ns"), ("compute", "compute_ns"), ("overlapped comm", "overlapped_comm_ns"),
+                 ("exposed comm", "exposed_comm_ns"), ("exposed · waiting for late ranks", "exposed_wait_ns"),
+                 ("exposed · transfer", "exposed_transfer_ns"), ("memory", "memory_ns"), ("idle", "idle_ns"))
+
+
+def compare_metrics(totals: dict[str, float | None], by_dimension: pl.DataFrame, by_tier: pl.DataFrame
+                    ) -> pl.DataFrame:
+    """What compare puts side by side: metric, unit (ms | % | bytes | GB/s), value — the analyses' means
+    per rank-step, overlap and exposed share, and per dimension and tier: exposed time, bytes, busbw."""
+    rows: list[tuple[str, str, float | None]] = [(m, "ms", totals.get(k)) for m, k in TOTAL_METRICS]
+    rows += [("overlap (comm hidden behind compute)", "%", totals.get("overlap_pct")),
+             ("exposed share of the step", "%", totals.get("exposed_comm_pct_of_step"))]
+    for by, frame in (("dimension", by_dimension), ("tier", by_tier)):
+        for r in frame.iter_rows(named=True):
+            rows += [(f"{by} {r[by]} · exposed", "ms", r["exposed_ns_per_step"]),
+                     (f"{by} {r[by]} · bytes per step", "bytes", r["bytes_per_step"]),
+                     (f"{by} {r[by]} · busbw", "GB/s", r["busbw_gbps"])]
+    return pl.DataFrame({"metric": [m for m, _, _ in rows], "unit": [u for _, u, _ in rows],
+                         "value": [None if v is None else float(v) for _, _, v in rows]},
+                        schema={"metric": pl.String, "unit": pl.String, "value": pl.Float64})
 
 
 def compare(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
-    """metric, a_ns, b_ns, delta_ns (b - a), delta_pct; metrics missing on one side count as 0."""
-    out = a.rename({"value_ns": "a_ns"}).join(b.rename({"value_ns": "b_ns"}), on="metric", how="full",
-                                              coalesce=True, maintain_order="left")
-    out = out.with_columns(pl.col("a_ns").fill_null(0.0), pl.col("b_ns").fill_null(0.0))
+    """metric, unit, a, b, delta (b - a), delta_pct; a metric one run lacks is null on that side (a
+    dimension the other run does not have is not a zero)."""
+    out = a.rename({"value": "a"}).join(b.rename({"value": "b"}), on=["metric", "unit"], how="full",
+                                        coalesce=True, maintain_order="left")
     return out.with_columns(
-        (pl.col("b_ns") - pl.col("a_ns")).alias("delta_ns"),
-        pl.when(pl.col("a_ns") != 0).then(100.0 * (pl.col("b_ns") - pl.col("a_ns")) / pl.col("a_ns"))
-        .alias("delta_pct"),
+        (pl.col("b") - pl.col("a")).alias("delta"),
+        pl.when(pl.col("a") != 0).then(100.0 * (pl.col("b") - pl.col("a")) / pl.col("a").abs()).alias("delta_pct"),
     )
+
+
+def host_traffic(traffic: pl.DataFrame, hosts: dict[int, str]) -> pl.DataFrame:
+    """The traffic matrix rolled up to host pairs: src_host, dst_host, dimension, tier, bytes_per_step
+    (a sum of the analysis' rank-pair rows; a host pair's two directions are kept apart)."""
+    schema = {"src_host": pl.String, "dst_host": pl.String, "dimension": pl.String, "tier": pl.String,
+              "bytes_per_step": pl.Float64}
+    if traffic.height == 0:
+        return pl.DataFrame(schema=schema)
+    return (traffic.with_columns(
+        pl.col("src").replace_strict(hosts, default="?", return_dtype=pl.String).alias("src_host"),
+        pl.col("dst").replace_strict(hosts, default="?", return_dtype=pl.String).alias("dst_host"))
+        .group_by("src_host", "dst_host", "dimension", "tier").agg(pl.col("bytes_per_step").sum())
+        .sort("src_host", "dst_host", "dimension").select(list(schema)))

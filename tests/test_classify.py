@@ -67,6 +67,13 @@ def test_megatron_order_groups() -> None:
     assert dims[frozenset(range(16))] == "world"
 
 
+def test_layout_with_one_dimension_names_the_world() -> None:
+    """`--layout dp=4` (plain DDP): the world group is the data-parallel group."""
+    assert Layout({"dp": 4}).group_dimensions() == {frozenset(range(4)): "dp"}
+    assert Layout({"tp": 1, "dp": 4}).group_dimensions()[frozenset(range(4))] == "dp"
+    assert Layout({"tp": 2, "dp": 2}).group_dimensions()[frozenset(range(4))] == "world"
+
+
 def test_layout_custom_order() -> None:
     layout = Layout({"tp": 2, "dp": 2}, ("dp", "tp"))
     dims = layout.group_dimensions()
@@ -87,7 +94,8 @@ def test_layout_custom_order() -> None:
     ("EXPERT_MODEL_PARALLEL_GROUP", "ep"), ("EXPERT_TENSOR_PARALLEL_GROUP", "tp"),
     ("EXPERT_DATA_PARALLEL_GROUP", "dp"), ("TENSOR_AND_DATA_PARALLEL_GROUP", "dp"), ("EMBEDDING_GROUP", "pp"),
     ("MODEL_PARALLEL_GROUP", "pp"), ("INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP", "dp"),
-    ("undefined", None), ("", None), (None, None), ("mesh_foo", None), ("my_group", None),
+    ("dp_shard", "dp"), ("dp_replicate", "dp"), ("fsdp", "dp"),  # bare DeviceMesh dim names
+    ("undefined", None), ("", None), (None, None), ("mesh_foo", None), ("my_group", None), ("pp-0", None),
 ])
 def test_dimension_from_name(desc: str | None, dim: str | None) -> None:
     assert dimension_from_name(desc) == dim

@@ -1,49 +1,104 @@
-"""The app factory, its router, its message pages and the ``commprof dashboard`` command (no browser)."""
+"""The app factory, its router, its message pages, the Perfetto download, the callbacks' validation (crafted
+and fuzzed inputs never give an HTTP 500) and the ``commprof dashboard`` command (no browser)."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import commprof
 from commprof.cli import main
-from commprof.cli.dashboard import run_keys
-from commprof.dashboard import create_app, ids
+from commprof.cli.dashboard import host_warning, run_keys
+from commprof.dashboard import create_app, ids, state
 from commprof.dashboard.app import route
 from commprof.dashboard.cache import RunCache
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_traces" / "tp2_pp2_dp2"
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> RunCache:
     sample = tmp_path_factory.mktemp("app") / "sample"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "gloo_4rank_profiler", sample,
-                    ignore=shutil.ignore_patterns("tables"))
+    shutil.copytree(SAMPLE, sample, ignore=shutil.ignore_patterns("tables"))
     return RunCache({"sample": commprof.open_run(sample)})
+
+
+@pytest.fixture(scope="module")
+def app(cache: RunCache) -> Any:
+    return create_app(cache.runs, cache)
 
 
 def _text(component: object) -> str:
     return json.dumps(component, default=lambda c: c.to_plotly_json() if hasattr(c, "to_plotly_json") else str(c))
 
 
+def _is_message(component: object) -> bool:
+    return f'"id": "{ids.MESSAGE}"' in _text(component)
+
+
+def _outputs(key: str) -> Any:
+    """The request's ``outputs`` for a callback_map key (``..a.b...c.d..`` or ``a.b@hash``)."""
+    parts = key[2:-2].split("...") if key.startswith("..") else [key]
+    outs = [{"id": p.split(".", 1)[0], "property": p.split(".", 1)[1]} for p in parts]
+    return outs if key.startswith("..") else outs[0]
+
+
+def call(app: Any, key: str, inputs: list[Any], states: list[Any], changed: int = 0) -> Any:
+    """POST one callback as the browser would, with these input and state values."""
+    spec = app.callback_map[key]
+    body = {
+        "output": key, "outputs": _outputs(key),
+        "inputs": [dict(i, value=v) for i, v in zip(spec["inputs"], inputs, strict=True)],
+        "state": [dict(s, value=v) for s, v in zip(spec["state"], states, strict=True)],
+        "changedPropIds": [f"{spec['inputs'][changed]['id']}.{spec['inputs'][changed]['property']}"],
+    }
+    return app.server.test_client().post("/_dash-update-component", data=json.dumps(body),
+                                          content_type="application/json")
+
+
+def _key(app: Any, starts: str) -> str:
+    return next(k for k in app.callback_map if k.startswith(starts))
+
+
 @pytest.mark.parametrize("path", ["/run/../../etc/passwd/overview", "/run/%2Fetc%2Fpasswd/overview",
                                   "/run/nope/overview", "/run/sample/nope", "/elsewhere"])
 def test_urls_never_reach_the_file_system(cache: RunCache, path: str) -> None:
     page, _ = route(cache, path)
-    assert ids.MESSAGE in _text(page)
+    assert _is_message(page)
     assert "passwd" not in str(list(cache.runs))
 
 
 def test_every_run_page_routes(cache: RunCache) -> None:
     for page in ("overview", "timeline", "collectives", "topology", "skew"):
         body, nav = route(cache, f"/run/sample/{page}")
-        assert ids.MESSAGE not in _text(body) and ids.RUN_KEY in _text(body)
-    assert "sample" in _text(route(cache, "/")[0])  # one run: / is its overview
+        assert not _is_message(body) and ids.RUN_KEY in _text(body)
+    assert ids.OVERVIEW_HEADLINE in _text(route(cache, "/")[0])  # one run: / is its overview
     assert "Compare needs two runs" in _text(route(cache, "/compare")[0])
-    assert "No findings are computed for this run" in _text(route(cache, "/run/sample/overview")[0])
+    overview = _text(route(cache, "/run/sample/overview")[0])
+    # the CLI's dimension x tier rows, group names, the headline and the Perfetto link
+    for text in ("Communication by dimension and tier", "loopback", "exposed ms/step", "step time",
+                 "/download/sample/perfetto.json"):
+        assert text in overview
+
+
+def test_bad_url_state_is_said_on_the_page(cache: RunCache) -> None:
+    page = _text(route(cache, "/run/sample/timeline", "?step=abc&ranks=x,99&t0=nan")[0])
+    assert "step must be a whole number" in page and "t0 must be a finite number" in page
+    assert "a rank must be a whole number" in page
+    assert "no rank 99" in _text(route(cache, "/run/sample/timeline", "?ranks=0-3,99")[0])
+    assert "this run has no step 1 (steps: 2, 3, 4)" in _text(route(cache, "/run/sample/timeline", "?step=1")[0])
+    good = _text(route(cache, "/run/sample/timeline", "?step=3&ranks=0-3&t0=1&t1=2")[0])
+    assert "whole number" not in good and '"value": "3"' in good
+    assert "not one of this run's ops" in _text(route(cache, "/run/sample/collectives", "?op=nope")[0])
 
 
 def test_failed_analysis_is_a_message_page(cache: RunCache) -> None:
@@ -61,27 +116,120 @@ def test_failed_analysis_is_a_message_page(cache: RunCache) -> None:
     assert "Traceback" not in text
 
 
-def test_timeline_callback_payload(cache: RunCache) -> None:
-    app = create_app(cache.runs, cache)
-    client = app.server.test_client()
+def test_a_run_that_failed_to_open_is_listed_with_its_message(cache: RunCache) -> None:
+    mixed = RunCache(dict(cache.runs), failures={"bad": "bad/x.json: not JSON"}, order=["bad", "sample"])
+    index = _text(route(mixed, "/")[0])
+    assert "could not be opened: bad/x.json: not JSON" in index and "/run/sample/overview" in index
+    assert "not JSON" in _text(route(mixed, "/run/bad/overview")[0])
+    assert not _is_message(route(mixed, "/run/sample/overview")[0])
+
+
+def test_timeline_callback_payload(app: Any, cache: RunCache) -> None:
     base = cache.timeline_base("sample")
-    body = {
-        "output": f"..{ids.TIMELINE_GRAPH}.figure...{ids.TIMELINE_INFO}.children..",
-        "outputs": [{"id": ids.TIMELINE_GRAPH, "property": "figure"}, {"id": ids.TIMELINE_INFO,
-                                                                         "property": "children"}],
-        "inputs": [{"id": ids.TIMELINE_WINDOW, "property": "data", "value": [base.origin_ns, base.end_ns]},
-                   {"id": ids.TIMELINE_RANKS, "property": "value", "value": [0, 1, 2, 3]}],
-        "state": [{"id": ids.RUN_KEY, "property": "data", "value": "sample"}],
-        "changedPropIds": [f"{ids.TIMELINE_WINDOW}.data"],
-    }
-    response = client.post("/_dash-update-component", json=body)
+    key = _key(app, f"..{ids.TIMELINE_GRAPH}.figure")
+    response = call(app, key, [[base.origin_ns, base.end_ns], [0, 1, 2, 3], "ranks"], ["sample"])
     assert response.status_code == 200
     data = response.get_json()["response"]
     assert len(response.data) < 1_000_000
     assert "segments drawn" in data[ids.TIMELINE_INFO]["children"]
-    body["state"][0]["value"] = "../../etc"
-    refused = client.post("/_dash-update-component", json=body)  # an unknown key: nothing is drawn
-    assert refused.status_code in (200, 204) and b"segments" not in refused.data
+    fig = data[ids.TIMELINE_GRAPH]["figure"]
+    assert fig["layout"]["yaxis"]["range"] == [7.5, -0.5]  # 4 ranks x (compute, comm), pinned
+    refused = call(app, key, [[base.origin_ns, base.end_ns], [0], "ranks"], ["../../etc"])
+    assert refused.status_code == 200 and b"segments" not in refused.data and b"No run named" in refused.data
+
+
+def test_timeline_state_goes_into_the_url(app: Any, cache: RunCache) -> None:
+    base = cache.timeline_base("sample")
+    key = _key(app, "url.search")
+    step = base.steps.row(1, named=True)
+    response = call(app, key, [[step["start_ns"], step["end_ns"]], [0, 1, 2, 3, 7], "ranks"],
+                    [str(step["step"]), "sample"])
+    search = response.get_json()["response"]["url"]["search"]
+    assert search == f"?step={step['step']}&ranks=0-3%2C7"
+    assert state.parse_query(search) == {"step": str(step["step"]), "ranks": "0-3,7"}
+
+
+CRAFTED = ["abc", math.nan, math.inf, 1e308, -1e308, ["x"], [["x"]], {"a": 1}, [1, 2, 3], None, True, -1, 2**70,
+           "", [], {"xaxis.range[0]": math.nan, "xaxis.range[1]": 1e308}, {"xaxis.range": ["a", None]},
+           {"points": [{"customdata": ["x", {}, None]}]}, {"points": "x"}, "../../etc/passwd", "0-99999999"]
+
+
+def test_crafted_callback_inputs_answer_a_message_never_a_500(app: Any, cache: RunCache) -> None:
+    """The issue's 63 crafted callbacks, and more: every input and state of every callback, one at a time,
+    set to each crafted value, the others plausible."""
+    plausible = {"pathname": "/run/sample/timeline", "search": "", "data": "sample", "value": None,
+                 "relayoutData": None, "clickData": None}
+    base = cache.timeline_base("sample")
+    answered = 0
+    for key, spec in app.callback_map.items():
+        slots = spec["inputs"] + spec["state"]
+        good = []
+        for slot in slots:
+            value = plausible.get(slot["property"])
+            if slot["id"] == ids.TIMELINE_WINDOW:
+                value = [base.origin_ns, base.end_ns]
+            good.append(value)
+        for i in range(len(slots)):
+            for bad in CRAFTED:
+                values = list(good)
+                values[i] = bad
+                n = len(spec["inputs"])
+                response = call(app, key, values[:n], values[n:], changed=min(i, n - 1))
+                assert response.status_code in (200, 204), (key, slots[i], bad, response.data[:300])
+                assert b"Traceback" not in response.data
+                answered += 1
+    assert answered > 500
+
+
+def _json_values() -> st.SearchStrategy[Any]:
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**80), max_value=2**80),
+                       st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+                       st.sampled_from(["sample", "all", "ranks", "streams", "0-3", "1", "abc"]))
+    return st.recursive(leaves, lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(
+            ["points", "customdata", "xaxis.range[0]", "xaxis.range[1]", "xaxis.range", "xaxis.autorange",
+             "autosize", "x"]), inner, max_size=3)), max_leaves=8)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzzed_callbacks_never_answer_500(app: Any, data: st.DataObject) -> None:
+    keys = sorted(app.callback_map)
+    key = data.draw(st.sampled_from(keys))
+    spec = app.callback_map[key]
+    inputs = [data.draw(_json_values()) for _ in spec["inputs"]]
+    states = [data.draw(_json_values()) for _ in spec["state"]]
+    response = call(app, key, inputs, states, changed=data.draw(st.integers(0, len(inputs) - 1)))
+    assert response.status_code in (200, 204), (key, inputs, states, response.data[:300])
+
+
+def test_perfetto_download(app: Any) -> None:
+    client = app.server.test_client()
+    response = client.get("/download/sample/perfetto.json")
+    assert response.status_code == 200
+    assert "attachment" in response.headers["Content-Disposition"]
+    trace = json.loads(response.data)
+    assert trace["commprof"]["world_size"] == 8 and trace["traceEvents"]
+    # a path that is not a run's key: never a file (Dash's catch-all answers with its HTML shell)
+    escaped = client.get("/download/..%2F..%2Fetc/perfetto.json")
+    assert "attachment" not in escaped.headers.get("Content-Disposition", "") and b"root:" not in escaped.data
+    assert client.get("/download/nope/perfetto.json").status_code == 404
+
+
+def test_state_helpers() -> None:
+    assert state.ranks_text([0, 1, 2, 3, 7, 9, 10]) == "0-3,7,9-10"
+    assert state.as_ranks("0-3,7", range(16)) == [0, 1, 2, 3, 7]
+    assert state.href("a b", "timeline", ranks=[1, 2, 3], step=None) == "/run/a%20b/timeline?ranks=1-3"
+    for bad in ("abc", "1.5", math.nan, True, 2**70):
+        with pytest.raises(state.BadInput):
+            state.as_int(bad, "step")
+    for zoom in ({"xaxis.range[0]": math.nan, "xaxis.range[1]": 1}, {"xaxis.range": [0, 1e308]},
+                 {"xaxis.range": "x"}, ["x"]):
+        with pytest.raises(state.BadInput):
+            state.as_relayout(zoom)
+    assert state.as_relayout({"xaxis.range[0]": 2, "xaxis.range[1]": 1}) == (1.0, 2.0)
+    assert state.as_relayout({"xaxis.autorange": True}) == "reset"
 
 
 def test_run_keys_are_unique(tmp_path: Path) -> None:
@@ -96,15 +244,42 @@ def test_cli_missing_path_exits_2(tmp_path: Path) -> None:
     assert "no such file or folder" in result.output and "Traceback" not in result.output
 
 
-def test_cli_serves_the_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "gloo_4rank_profiler",
-                    tmp_path / "s", ignore=shutil.ignore_patterns("tables"))
-    served = {}
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    got: dict[str, Any] = {}
 
-    def fake_run(self: object, host: str, port: int, debug: bool) -> None:
-        served.update(host=host, port=port, debug=debug)
+    def fake_run(self: Any, host: str, port: int, debug: bool) -> None:
+        got.update(host=host, port=port, debug=debug, cache=self.commprof_cache)
 
     monkeypatch.setattr("dash.Dash.run", fake_run)
-    result = CliRunner().invoke(main, ["dashboard", str(tmp_path / "s"), "--port", "8123"])
+    return got
+
+
+def test_cli_serves_the_runs_with_the_analysis_options(tmp_path: Path, served: dict[str, Any]) -> None:
+    shutil.copytree(SAMPLE, tmp_path / "s", ignore=shutil.ignore_patterns("tables"))
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "rank-0.json").write_text("{not json")
+    result = CliRunner().invoke(main, ["dashboard", str(tmp_path / "s"), str(tmp_path / "bad"), "--port", "8123",
+                                       "--network", "ib", "--layout", "tp=2,pp=2,dp=2", "--peak", "loopback=5"])
     assert result.exit_code == 0, result.output
-    assert served == {"host": "127.0.0.1", "port": 8123, "debug": False}
+    assert {k: served[k] for k in ("host", "port", "debug")} == {"host": "127.0.0.1", "port": 8123, "debug": False}
+    cache = served["cache"]
+    assert cache.settings.network == "ib" and cache.settings.peaks == {"loopback": 5.0}
+    assert "bad" in cache.failures and "the other runs are served" in result.output
+    assert "warning: --host" not in result.output
+    assert cache.analysis("s").settings.layout.sizes == {"tp": 2, "pp": 2, "dp": 2}
+
+
+def test_cli_bad_options_exit_2(tmp_path: Path, served: dict[str, Any]) -> None:
+    shutil.copytree(SAMPLE, tmp_path / "s", ignore=shutil.ignore_patterns("tables"))
+    result = CliRunner().invoke(main, ["dashboard", str(tmp_path / "s"), "--layout", "tp=x"])
+    assert result.exit_code == 2 and "Traceback" not in result.output and not served
+
+
+def test_cli_warns_when_served_to_the_network(tmp_path: Path, served: dict[str, Any]) -> None:
+    shutil.copytree(SAMPLE, tmp_path / "s", ignore=shutil.ignore_patterns("tables"))
+    result = CliRunner().invoke(main, ["dashboard", str(tmp_path / "s"), "--host", "0.0.0.0"])
+    assert result.exit_code == 0
+    assert "warning: --host 0.0.0.0 serves the dashboard to the network" in result.output
+    assert host_warning("127.0.0.1", 1) is None and host_warning("localhost", 1) is None
+    assert host_warning("::", 8050) is not None

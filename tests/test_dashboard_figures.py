@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import commprof
-from commprof.dashboard import figures, transforms
+from commprof.dashboard import figures, style, transforms
 from commprof.dashboard.cache import RunCache
 from commprof.synth_run import SynthSpec, expected_parts, make_run
 
@@ -49,13 +49,12 @@ def test_breakdown_synth_is_exact(runs: RunCache) -> None:
 def test_exposed_by_dimension_and_tier(runs: RunCache, key: str) -> None:
     a = runs.analysis(key)
     for by in ("dimension", "tier"):
-        frame = runs.exposed_by(key, by)
+        frame = a.by_dimension if by == "dimension" else a.by_tier
         # the analysis' per-dimension/tier rows: their shares add up to the ranks' exposed totals
-        assert frame is (a.by_dimension if by == "dimension" else a.by_tier)
         assert frame["exposed_ns_per_step"].sum() == pytest.approx(a.steps["exposed_comm_ns"].mean(), rel=1e-9)
         fig = figures.exposed_by_figure(frame, by)
         assert list(fig.data[0].x) == frame[by].to_list()
-        noted = any("is unknown: pass" in (ann.text or "") for ann in fig.layout.annotations)
+        noted = any("is unknown: start the dashboard with" in (ann.text or "") for ann in fig.layout.annotations)
         # the note appears exactly when nothing is classified
         assert noted == (set(frame[by].to_list()) == {"unknown"})
 
@@ -69,7 +68,10 @@ def test_timeline_full_window_is_bounded(runs: RunCache, key: str) -> None:
     assert per_lane["len"].max() <= bins
     fig = figures.timeline_figure(segs, base.rows, base.origin_ns, (base.origin_ns, base.end_ns))
     names = {t.name for t in fig.data}
-    assert "compute" in names and "exposed part" in names and any(n.startswith("comm · ") for n in names)
+    assert "compute" in names and "exposed part of comm" in names and any(n.startswith("comm · ") for n in names)
+    # one compute and one comm lane per rank, the y range pinned to exactly those lanes
+    assert base.rows.height == 2 * runs.analysis(key).ranks.height
+    assert list(fig.layout.yaxis.range) == [base.rows.height - 0.5, -0.5]
     for trace in fig.data:
         rows = np.asarray(trace.y, dtype=float)
         rows = rows[~np.isnan(rows)]
@@ -85,7 +87,7 @@ def test_timeline_exposed_marks_match_analysis(runs: RunCache) -> None:
     total = int((exposed["end_ns"] - exposed["start_ns"]).sum())
     assert total == expected_parts(SPEC, 5).exposed_comm_ns
     hovers = segs.filter(pl.col("category").str.starts_with("comm:"))["hover"].to_list()
-    assert any("all_reduce" in h and "exposed 100.0 µs" in h for h in hovers)
+    assert any("all_reduce" in h and "exposed 0.1 ms" in h and "tier" in h and "rank 5" in h for h in hovers)
 
 
 def test_merge_to_bins_closes_small_gaps() -> None:
@@ -102,9 +104,13 @@ def test_skew_finds_the_straggler(runs: RunCache) -> None:
     # the straggler waits for nobody; its TP peers wait its 50 µs at every TP call (3 steps)
     assert set(tp.filter(pl.col("rank") == 5)["wait_ns"].to_list()) == {0}
     assert set(tp.filter(pl.col("rank") != 5)["wait_ns"].to_list()) == {50_000}
-    fig = figures.skew_figure(waits, worst["rank"])
-    assert fig.data[0].type == "heatmap"
-    assert any("others wait for rank 5" in (a.text or "") for a in fig.layout.annotations)
+    fig = figures.skew_calls_figure(waits, worst["rank"])
+    assert fig.data[0].type == "heatmap" and len(fig.layout.shapes) == 1  # the straggler's row boxed
+    a = runs.analysis("synth")
+    cells, by = transforms.skew_by_group(a.rank_group_waits, runs.hosts("synth"), runs.group_names("synth"), 64)
+    group_fig = figures.skew_group_figure(cells, by, 5)
+    assert by == "rank" and all(" · " in c for c in group_fig.data[0].x)  # each column: group · dimension
+    assert any("rank 5, the rank the others wait for most" in (n.text or "") for n in group_fig.layout.annotations)
 
 
 def test_skew_without_seq_matches_by_ordinal(runs: RunCache) -> None:
@@ -118,7 +124,7 @@ def test_skew_without_seq_matches_by_ordinal(runs: RunCache) -> None:
 
 
 def test_traffic_rule(runs: RunCache) -> None:
-    matrix, left_out = runs.traffic("synth")
+    matrix, left_out = runs.analysis("synth").traffic, runs.analysis("synth").traffic_left_out
     assert left_out == 0
     summed = matrix.group_by("src", "dst").agg(pl.col("bytes_per_step").sum())
     cell = dict(((s, d), b) for s, d, b in summed.iter_rows())
@@ -127,21 +133,28 @@ def test_traffic_rule(runs: RunCache) -> None:
     assert cell[(0, 4)] == pytest.approx(256 << 20)
     assert cell[(0, 8)] == pytest.approx(8 << 20)  # pipeline send to the next stage; recv not counted again
     assert (8, 0) not in cell
-    fig = figures.traffic_figure(matrix, list(range(16)))
+    hosts = runs.hosts("synth")
+    fig = figures.traffic_figure(matrix, list(range(16)), hosts)
     assert np.asarray(fig.data[0].z).shape == (16, 16)
-    _, sample_left_out = runs.traffic("sample")
+    by_host = figures.traffic_figure(matrix.filter(pl.col("src") < 16), list(range(80)), hosts)
+    assert np.asarray(by_host.data[0].z).shape[0] <= 3  # beyond 64 ranks: host x host
+    sample_left_out = runs.analysis("sample").traffic_left_out
     assert sample_left_out > 0  # the sample's Gloo ops name no process group
 
 
 def test_topology_links_by_group(runs: RunCache) -> None:
     links = runs.links("synth")
     assert set(links.filter(pl.col("a") == 0)["b"].to_list()) >= {1, 3, 4, 8}
-    fig = figures.topology_figure(runs.analysis("synth").ranks, links)
+    a = runs.analysis("synth")
+    host_links = transforms.host_traffic(a.traffic, runs.hosts("synth"))
+    fig = figures.topology_figure(a.ranks, a.traffic, host_links)
     markers = next(t for t in fig.data if t.name == "rank")
     assert len(markers.x) == 16
-    assert len(fig.layout.shapes) == 2  # one box per host
-    sample_fig = figures.topology_figure(runs.analysis("sample").ranks, runs.links("sample"))
-    assert len(sample_fig.layout.shapes) == 1
+    boxes = [t for t in fig.data if t.fill == "toself"]
+    assert len(boxes) == len(set(a.ranks["host"].to_list()))  # one box per host
+    links = [t for t in fig.data if t.mode == "lines" and t.fill != "toself"]
+    assert links and all("dimension" in t.text[0] and "per step" in t.text[0] for t in links)
+    assert {t.line.color for t in links} <= {style.dimension_colour(d) for d in a.traffic["dimension"].unique()}
 
 
 def test_busbw_scatter_and_peaks(runs: RunCache) -> None:
@@ -158,11 +171,13 @@ def test_busbw_scatter_and_peaks(runs: RunCache) -> None:
 def test_compare_deltas(runs: RunCache) -> None:
     deltas = transforms.compare(runs.compare_values("sample"), runs.compare_values("synth"))
     step = deltas.filter(pl.col("metric") == "step time").row(0, named=True)
-    assert step["b_ns"] == pytest.approx(2_000_000)
-    assert step["delta_ns"] == pytest.approx(step["b_ns"] - step["a_ns"])
+    assert step["b"] == pytest.approx(2_000_000)
+    assert step["delta"] == pytest.approx(step["b"] - step["a"])
+    assert {"overlap (comm hidden behind compute)", "idle", "compute"} <= set(deltas["metric"].to_list())
+    assert set(deltas["unit"].to_list()) <= {"ms", "%", "bytes", "GB/s"}
     fig = figures.compare_figure(deltas, "sample", "synth")
     assert [t.name for t in fig.data] == ["sample", "synth"]
-    assert list(fig.data[0].y) == deltas["metric"].to_list()
+    assert list(fig.data[0].y) == deltas.filter(pl.col("unit") == "ms")["metric"].to_list()
 
 
 def test_dimension_colours_when_classified(runs: RunCache) -> None:

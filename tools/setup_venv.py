@@ -121,11 +121,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     env_dir: Path = args.venv
     python = env_dir / "bin" / "python"
+    if sys.version_info < (3, 10):  # noqa: UP036 - this script runs before the venv exists, on any python3
+        say(f"commprof needs Python >= 3.10; {sys.executable} is {sys.version.split()[0]} "
+            "(pick another with `make PYTHON=/path/to/python3.11`)")
+        return 1
     if not python.exists():
         system_torch = importlib.util.find_spec("torch") is not None
         say(f"creating {env_dir} with {sys.executable}"
             + (" (it has torch: the venv sees its packages)" if system_torch else ""))
-        venv.create(env_dir, with_pip=True, system_site_packages=system_torch)
+        try:
+            venv.create(env_dir, with_pip=True, system_site_packages=system_torch)
+        except (OSError, subprocess.CalledProcessError) as err:
+            # Debian/Ubuntu ship venv's pip bootstrap separately
+            say(f"cannot create {env_dir} ({err}); on Debian/Ubuntu install python3-venv, or pick another "
+                "interpreter with `make PYTHON=/path/to/python3`")
+            return 1
     env_dir.mkdir(exist_ok=True)
     step = Step(env_dir / "install.log")
     say(f"installing quietly; pip's output goes to {step.log}")

@@ -43,6 +43,22 @@ class LazyGroup(click.Group):
         except CommprofError as err:
             click.echo(f"commprof: error: {err}", err=True)
             sys.exit(err.exit_code)
+        except BrokenPipeError:
+            # `commprof ... | head`: the reader is gone, which is not an error to report. Point stdout at
+            # /dev/null so that the interpreter's last flush does not print "Exception ignored", and exit
+            # with 1 as click and rich do for the same case (rich's consoles handle it themselves).
+            _silence_stdout()
+            sys.exit(1)
+
+
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,4 +1,8 @@
-"""``commprof dashboard RUN [RUN2 …]``: serve the Dash app for these runs (and only these)."""
+"""``commprof dashboard RUN [RUN2 …]``: serve the Dash app for these runs (and only these).
+
+It takes ``analyze``'s analysis options (the same click options, so their names and help cannot drift),
+so that the advice a page gives ("start the dashboard with --network ib") can be followed.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from commprof.cli.analyze import analyze as _analyze_command
+
+ANALYSIS_OPTIONS = ("layout", "network", "gpus_per_node", "peaks", "hta_compat")
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "127.0.1.1")
 
 
 def run_keys(paths: list[str]) -> list[str]:
@@ -21,15 +30,36 @@ def run_keys(paths: list[str]) -> list[str]:
     return keys
 
 
-def load_runs(paths: list[str], jobs: int | None = None) -> dict[str, Any]:
-    """Open every run up front: a path that does not exist or cannot be read stops with one line (exit 2).
-    Analysis happens later, per page; a run that fails it gets a message page."""
+def load_runs(paths: list[str], jobs: int | None = None) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Open every run up front: (runs, failures key -> message, keys in the order given). A run that cannot
+    be opened is reported on its page while the others are served; when none can, it stops (exit 2)."""
     from commprof.errors import InputError
 
-    missing = [p for p in paths if not Path(p).expanduser().exists()]
-    if missing:
-        raise InputError("no such file or folder", missing[0])
-    return {key: _open(path, jobs) for key, path in zip(run_keys(paths), paths, strict=True)}
+    runs: dict[str, Any] = {}
+    failures: dict[str, str] = {}
+    keys = run_keys(paths)
+    for key, path in zip(keys, paths, strict=True):
+        opened = _open_or_message(path, jobs)
+        if isinstance(opened, str):
+            failures[key] = opened
+        else:
+            runs[key] = opened
+    if not runs:
+        first = next(iter(failures.values()))
+        raise InputError(first if len(failures) == 1 else f"no run could be opened; the first: {first}")
+    return runs, failures, keys
+
+
+def _open_or_message(path: str, jobs: int | None) -> Any:
+    """The opened run, or the one-line message saying why it could not be opened."""
+    from commprof.errors import CommprofError, InputError
+
+    try:
+        if not Path(path).expanduser().exists():
+            raise InputError("no such file or folder", path)
+        return _open(path, jobs)
+    except CommprofError as err:
+        return str(err)
 
 
 def _open(path: str, jobs: int | None) -> Any:
@@ -38,32 +68,59 @@ def _open(path: str, jobs: int | None) -> Any:
 
     try:
         return open_run_with_progress(path, jobs)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise InputError(f"cannot load the run: {type(err).__name__}: {err}", path) from None
+
+
+def host_warning(host: str, port: int) -> str | None:
+    """The warning printed when the dashboard listens beyond this machine."""
+    if host in LOOPBACK or host.startswith("127."):
+        return None
+    return (f"commprof: warning: --host {host} serves the dashboard to the network: anyone who can reach this "
+            f"machine on port {port} can read these runs (paths, hosts, traces, analysis) — there is no login. "
+            "Use the default 127.0.0.1 with an SSH tunnel (ssh -L 8050:localhost:8050 HOST) to keep them private.")
 
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Interface to listen on (the default serves only this machine).")
+              help="Interface to listen on (the default serves only this machine; anything else serves the "
+                   "runs to the network, without a login).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True, help="TCP port.")
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None,
               help="Processes that parse traces in parallel (default: one per core).")
-def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None) -> None:
+def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, layout: str | None,
+              network: str | None, gpus_per_node: int | None, peaks: str | None, hta_compat: bool) -> None:
     """Open runs (run directories, folders of traces or trace files) in a web dashboard.
 
-    Pages: overview, timeline, collectives, topology, skew, and compare (with two runs or more).
+    Pages: overview, timeline, collectives, topology, skew, and compare (with two runs or more). The
+    analysis options are analyze's and apply to every run.
     """
-    runs = load_runs(list(paths), jobs)
+    from commprof.analyzers.classify import parse_layout
+    from commprof.analyzers.efficiency import parse_peaks
+    from commprof.analyzers.pipeline import AnalysisSettings
+
+    settings = AnalysisSettings(hta_compat=hta_compat, layout=parse_layout(layout) if layout else None,
+                                network=network, gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks))
+    warning = host_warning(host, port)
+    if warning:
+        click.echo(warning, err=True)
+    runs, failures, order = load_runs(list(paths), jobs)
+    for key, message in failures.items():
+        click.echo(f"commprof: warning: {key}: {message} (its page says so; the other runs are served)", err=True)
     for key, run in runs.items():
-        for warning in run.warnings[:3]:
-            click.echo(f"commprof: warning: {key}: {warning}", err=True)
+        for line in run.warnings[:3]:
+            click.echo(f"commprof: warning: {key}: {line}", err=True)
     from commprof.dashboard import create_app
     from commprof.dashboard.cache import warmed
 
-    cache, problems = warmed(runs)
+    cache, problems = warmed(runs, settings, failures, order)
     for problem in problems:
         click.echo(f"commprof: warning: {problem}", err=True)
     app = create_app(runs, cache)
     click.echo(f"commprof dashboard: {len(runs)} run(s) ({', '.join(runs)}) on http://{host}:{port}/", err=True)
     app.run(host=host, port=port, debug=False)
+
+
+# analyze's own option objects: same names, choices and help text in both commands
+dashboard.params.extend(p for p in _analyze_command.params if p.name in ANALYSIS_OPTIONS)

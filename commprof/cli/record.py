@@ -40,6 +40,7 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
     The exit code is COMMAND's (128+N if a signal N killed it; 127/126 if it cannot be started).
     """
     from commprof.errors import UsageError
+    from commprof.record.launcher import CommandNotFound
     from commprof.record.launcher import record as run_record
     from commprof.record.rank.config import WindowSettings
     from commprof.record.settings import RecordSettings
@@ -59,14 +60,34 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
     )
     settings = RecordSettings(output=output, force=force, window=window, nccl_coll=nccl_coll,
                               fr_buffer_size=fr_entries, topology=not no_topology)
-    result = run_record(settings, list(command))
+    try:
+        result = run_record(settings, list(command))
+    except CommandNotFound as err:
+        if command and _torch_missing() and Path(command[0]).name in TORCH_LAUNCHERS:
+            raise CommandNotFound(f"{err} ({NO_TORCH})") from None
+        raise
     for line in result.warnings:
         click.echo(f"commprof: warning: {line}", err=True)
+    if not result.traces and _torch_missing():
+        click.echo(f"commprof: note: {NO_TORCH}", err=True)
     click.echo(f"commprof: run directory {result.run_dir} ({len(result.traces)} trace"
                f"{'' if len(result.traces) == 1 else 's'}); exit code {result.exit_code}", err=True)
     if not no_analyze and result.traces:
         _analyze(result.run_dir)
     sys.exit(result.exit_code)
+
+
+# what `torchrun` and friends are called; without torch they do not exist
+TORCH_LAUNCHERS = frozenset({"torchrun", "deepspeed", "accelerate"})
+NO_TORCH = ("torch is not installed for this Python: install the recording extra with "
+            "`pip install 'commprof[record]'` (a CPU-only torch: "
+            "`pip install torch --index-url https://download.pytorch.org/whl/cpu`)")
+
+
+def _torch_missing() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is None
 
 
 def _analyze(run_dir: Path) -> None:

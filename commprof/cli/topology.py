@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,15 +25,24 @@ import click
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="write here, not stdout")
 def topology(path: Path, fmt: str, output: Path | None) -> None:
     """Show what NCCL saw in the logs under PATH (a run directory, a folder searched recursively,
-    or one NCCL log file)."""
+    or one NCCL log file). A run without NCCL logs (Gloo, or NCCL_DEBUG unset) shows its hosts, devices,
+    process groups and topology captures instead, and says what is missing."""
     from rich.console import Console
 
     from commprof.errors import InputError
     from commprof.ingest.nccl import build_tables, load_nccl
+    from commprof.ingest.nccl.load import NoNcclLogs
     from commprof.nccl import render, summarize
 
-    run = load_nccl(path)
-    summary = summarize(run, build_tables(run.logs, run.topologies, run.graphs))
+    draw: Callable[[dict[str, Any], Console], None] = render
+    try:
+        run = load_nccl(path)
+        summary = summarize(run, build_tables(run.logs, run.topologies, run.graphs))
+    except NoNcclLogs as err:
+        summary = _without_logs(path, err)
+        from commprof.nccl.without_logs import render_without_logs
+
+        draw = render_without_logs
     try:
         out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     except OSError as err:
@@ -40,7 +51,20 @@ def topology(path: Path, fmt: str, output: Path | None) -> None:
         if fmt == "json":
             out.write(json.dumps(summary, indent=2) + "\n")
         else:
-            render(summary, Console(file=out, width=140) if output else Console())
+            draw(summary, Console(file=out, width=140) if output else Console())
     finally:
         if output:
             out.close()
+
+
+def _without_logs(path: Path, err: Exception) -> dict[str, Any]:
+    """What the run has, when it has traces; without them the missing logs are the error."""
+    from commprof.errors import InputError
+    from commprof.nccl.without_logs import summarize_without_logs
+    from commprof.run import open_run
+
+    try:
+        run = open_run(path)
+    except InputError:
+        raise err from None
+    return summarize_without_logs(run, "none found under " + str(path))

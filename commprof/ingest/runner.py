@@ -275,7 +275,7 @@ class DaskRunner(Runner):
                    for i, args in enumerate(tasks)]
         index = {f.key: i for i, f in enumerate(futures)}
         results: dict[int, Outcome] = {}
-        for fut in as_completed(futures):  # type: ignore[no-untyped-call]
+        for fut in as_completed(futures, loop=self.client.loop):  # type: ignore[no-untyped-call]
             i = index[fut.key]
             try:
                 results[i] = fut.result()

@@ -86,6 +86,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
         },
         "totals": analysis.totals,
         "ranks": ranks,
+        "rank_distribution": analysis.rank_distribution.to_dicts(),
         "process_groups": _groups(analysis),
         "collectives_summary": _rows(analysis.collectives_summary, SUMMARY_KEYS,
                                      ("overlapped_ns", "exposed_ns", "exposed_wait_ns", "exposed_transfer_ns")),

@@ -67,23 +67,86 @@ CLOCK_COLUMNS = ["host", "offset µs", "residual µs", "calls used", "fit"]
 DIM_TIER_TITLE = "Communication by dimension and tier (per rank and step; share = exposed / step time)"
 
 
-def rank_rows(report: dict[str, Any]) -> list[list[str]]:
+# past these, the text and Markdown reports show the worst rows and say how many were left out
+# (every row stays in --format json)
+MAX_RANK_ROWS = 16
+MAX_GROUP_ROWS = 20
+DIST_COLUMNS = ["over the ranks", "min", "p10", "median", "p90", "max", "min at rank", "max at rank"]
+_DIST_LABELS = {"step_ns": ("step ms", "ms"), "exposed_comm_ns": ("exposed comm ms", "ms"),
+                "exposed_wait_ns": ("· of it waiting ms", "ms"), "exposed_pct_of_step": ("exposed % of step", "%"),
+                "overlap_pct": ("comm hidden %", "%")}
+
+
+def _worst(rows: list[dict[str, Any]], key: str, limit: int) -> list[dict[str, Any]]:
+    """The ``limit`` rows with the largest ``key`` (ties by position), shown in their original order."""
+    if len(rows) <= limit:
+        return rows
+    picked = sorted(range(len(rows)), key=lambda i: (-(rows[i].get(key) or 0), i))[:limit]
+    return [rows[i] for i in sorted(picked)]
+
+
+def shown_ranks(report: dict[str, Any], limit: int = MAX_RANK_ROWS) -> list[dict[str, Any]]:
+    """Every rank, or past ``limit``: the ranks at each figure's min and max (the straggler is often the
+    one with the least exposed time: the others wait for it), then those with the most exposed comm."""
+    ranks: list[dict[str, Any]] = report["ranks"]
+    if len(ranks) <= limit:
+        return ranks
+    extremes = {r for d in report.get("rank_distribution") or [] for r in (d["max_rank"], d["min_rank"])}
+    by_exposed = sorted(range(len(ranks)), key=lambda i: (-(ranks[i].get("exposed_comm_ns") or 0), i))
+    picked = [i for i, r in enumerate(ranks) if r["rank"] in extremes][:limit]
+    picked += [i for i in by_exposed if i not in picked][: limit - len(picked)]
+    return [ranks[i] for i in sorted(picked)]
+
+
+def rank_rows(report: dict[str, Any], limit: int | None = MAX_RANK_ROWS) -> list[list[str]]:
+    ranks = report["ranks"] if limit is None else shown_ranks(report, limit)
     return [
         [str(r["rank"]), str(r["steps"]), fmt_ms(r["step_ns"]), fmt_ms(r["compute_ns"]),
          fmt_ms(r["overlapped_comm_ns"]), fmt_ms(r["exposed_comm_ns"]), fmt_ms(r["exposed_wait_ns"]),
          fmt_ms(r["exposed_transfer_ns"]), fmt_ms(r["memory_ns"]),
          fmt_ms(r["idle_ns"]), fmt_pct(r["overlap_pct"])]
-        for r in report["ranks"]
+        for r in ranks
     ]
 
 
-def pg_rows(report: dict[str, Any]) -> list[list[str]]:
+def rank_title(report: dict[str, Any]) -> str:
+    n = len(report["ranks"])
+    if n <= MAX_RANK_ROWS:
+        return "Step time per rank (mean ms per step)"
+    return (f"Step time per rank (mean ms per step): {MAX_RANK_ROWS} of {n:,} ranks — each figure's min and max, then "
+            f"the most exposed comm; {n - MAX_RANK_ROWS:,} more in --format json")
+
+
+def distribution_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The spread over the ranks, shown when the per-rank table leaves ranks out."""
+    if len(report["ranks"]) <= MAX_RANK_ROWS:
+        return []
+    out = []
+    for d in report.get("rank_distribution") or []:
+        label, unit = _DIST_LABELS.get(d["metric"], (d["metric"], ""))
+        cell = fmt_ms if unit == "ms" else (lambda v: "-" if v is None else f"{v:.1f}")
+        out.append([label, *(cell(d[k]) for k in ("min", "p10", "median", "p90", "max")), str(d["min_rank"]),
+                    str(d["max_rank"])])
+    return out
+
+
+def pg_rows(report: dict[str, Any], limit: int | None = MAX_GROUP_ROWS) -> list[list[str]]:
+    groups = report["process_groups"]
+    groups = groups if limit is None else _worst(groups, "exposed_ns_per_step", limit)
     return [
         [str(g["pg"]), g["desc"] or "-", fmt_ranks(g["ranks"]), g["dimension"], g["tier"], _op_mix(g["op_mix"]),
          fmt_bytes(g["bytes_per_step"]), fmt_ms(g["comm_ns_per_step"]), fmt_ms(g["exposed_ns_per_step"]),
          fmt_gbps(g["busbw_gbps"]), fmt_eff(g.get("efficiency"))]
-        for g in report["process_groups"]
+        for g in groups
     ]
+
+
+def pg_title(report: dict[str, Any]) -> str:
+    n = len(report["process_groups"])
+    if n <= MAX_GROUP_ROWS:
+        return "Process groups"
+    return (f"Process groups: the {MAX_GROUP_ROWS} of {n:,} with the most exposed time; "
+            f"{n - MAX_GROUP_ROWS:,} more in --format json")
 
 
 def top_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -143,28 +206,35 @@ def headline(report: dict[str, Any]) -> str:
     )
 
 
+def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, columns, rows) of each table, in report order; text and Markdown show the same."""
+    return [
+        (rank_title(report), RANK_COLUMNS, rank_rows(report)),
+        (f"Spread over the {len(report['ranks']):,} ranks (per step; min/max at: the rank holding it)", DIST_COLUMNS,
+         distribution_rows(report)),
+        (pg_title(report), PG_COLUMNS, pg_rows(report)),
+        (DIM_TIER_TITLE, DIM_TIER_COLUMNS, dimension_tier_rows(report)),
+        ("Top collectives by exposed time (all ranks)", TOP_COLUMNS, top_rows(report)),
+        (skew_title(report), SKEW_COLUMNS, skew_rows(report)),
+        ("Host clocks (aligned from matched collectives' end times)", CLOCK_COLUMNS, clock_rows(report)),
+    ]
+
+
 def render_text(report: dict[str, Any], console: Console) -> None:
     for line in finding_lines(report):  # what is wrong and what it costs comes first
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     for line in what_if_lines(report):
         console.print(line, style="cyan", highlight=False, soft_wrap=True, markup=False)
     console.print(headline(report), style="bold", highlight=False)
-    sections = [
-        ("Step time per rank (mean ms per step)", RANK_COLUMNS, rank_rows(report)),
-        ("Process groups", PG_COLUMNS, pg_rows(report)),
-        (DIM_TIER_TITLE, DIM_TIER_COLUMNS, dimension_tier_rows(report)),
-        ("Top collectives by exposed time (all ranks)", TOP_COLUMNS, top_rows(report)),
-        (skew_title(report), SKEW_COLUMNS, skew_rows(report)),
-        ("Host clocks (aligned from matched collectives' end times)", CLOCK_COLUMNS, clock_rows(report)),
-    ]
-    for title, columns, rows in sections:
+    for title, columns, rows in sections(report):
         if not rows:
             continue
-        if title == "Process groups":
+        if title.startswith("Process groups"):
             title += " (calls: AR all-reduce, AG all-gather, RS reduce-scatter, A2A all-to-all, BC broadcast)"
         table = Table(title=title, title_justify="left", header_style="bold")
         for i, col in enumerate(columns):
-            table.add_column(col, justify="left" if i < 2 or col in {"desc", "ops", "dim", "tier", "op"} else "right")
+            left = i == 0 or (columns is not DIST_COLUMNS and (i < 2 or col in {"desc", "ops", "dim", "tier", "op"}))
+            table.add_column(col, justify="left" if left else "right")
         for row in rows:
             table.add_row(*row)
         console.print(table)
@@ -186,14 +256,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report.get("what_if"):
         out += ["## What-if (an estimate)", "", *what_if_lines(report), ""]
     out += [headline(report), ""]
-    for title, columns, rows in [
-        ("Step time per rank (mean ms per step)", RANK_COLUMNS, rank_rows(report)),
-        ("Process groups", PG_COLUMNS, pg_rows(report)),
-        (DIM_TIER_TITLE, DIM_TIER_COLUMNS, dimension_tier_rows(report)),
-        ("Top collectives by exposed time", TOP_COLUMNS, top_rows(report)),
-        (skew_title(report), SKEW_COLUMNS, skew_rows(report)),
-        ("Host clocks", CLOCK_COLUMNS, clock_rows(report)),
-    ]:
+    for title, columns, rows in sections(report):
         if rows:
             out += [f"## {title}", "", _md_table(columns, rows), ""]
     if report["warnings"]:

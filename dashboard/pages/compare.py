@@ -1,61 +1,105 @@
-"""Compare two runs: step time and exposed comm per dimension and tier, side by side with deltas."""
+"""Compare two runs: step time and its parts, overlap, and exposed time, bytes and busbw per dimension and
+tier, side by side with deltas; a note when the two runs are not like for like."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, dash_table, dcc, html, no_update
+from dash import Dash, Input, Output, dash_table, dcc, html
 
 from commprof.dashboard import figures, ids, transforms
 from commprof.dashboard.cache import RunCache
+from commprof.dashboard.state import as_key, guarded
+from commprof.dashboard.style import fmt_bytes, fmt_gbps, fmt_ms, fmt_pct
 
 TITLE = "Compare"
+COLUMNS = ("metric", "run A", "run B", "B − A", "change")
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if unit == "ms":
+        return fmt_ms(value)
+    if unit == "%":
+        return fmt_pct(value)
+    if unit == "bytes":
+        return fmt_bytes(value)
+    return fmt_gbps(value)
+
+
+def _delta(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit == "%":
+        return f"{value:+.1f} points"
+    text = _fmt(abs(value), unit)
+    return ("+" if value >= 0 else "−") + text
+
+
+def differences(cache: RunCache, a: str, b: str) -> list[str]:
+    """Why two runs are not like for like (empty when they are)."""
+    fa, fb = cache.analysis(a), cache.analysis(b)
+    notes = []
+    if fa.facts.world_size != fb.facts.world_size:
+        notes.append(f"world sizes differ ({fa.facts.world_size} vs {fb.facts.world_size})")
+    for what, col in (("backends", "backend"), ("modes", "mode"), ("GPUs", "gpu_name")):
+        va = sorted(set(fa.ranks[col].drop_nulls().to_list()))
+        vb = sorted(set(fb.ranks[col].drop_nulls().to_list()))
+        if va != vb:
+            notes.append(f"{what} differ ({', '.join(map(str, va)) or 'none'} vs {', '.join(map(str, vb)) or 'none'})")
+    da = sorted(set(fa.by_dimension["dimension"].to_list()))
+    db = sorted(set(fb.by_dimension["dimension"].to_list()))
+    if da != db:
+        notes.append(f"their groups classify into different dimensions ({', '.join(da)} vs {', '.join(db)})")
+    if fa.settings.hta_compat != fb.settings.hta_compat:
+        notes.append("one was analyzed with --hta-compat")
+    if fa.facts.synthetic != fb.facts.synthetic:
+        notes.append("one is synthetic")
+    return notes
 
 
 def layout(cache: RunCache, a: str | None = None, b: str | None = None) -> Any:
-    keys = cache.keys()
+    keys = [k for k in cache.keys() if cache.check(k) is None]
     if len(keys) < 2:
         return html.Div([html.H2("Compare"), html.P(
-            "Compare needs two runs: start the dashboard with both, e.g. `commprof dashboard RUN_A RUN_B`.",
-            id=ids.COMPARE_MESSAGE, className="callout")])
+            "Compare needs two runs that can be shown: start the dashboard with both, e.g. "
+            "`commprof dashboard RUN_A RUN_B`.", id=ids.COMPARE_MESSAGE, className="callout")])
     a = a if a in keys else keys[0]
-    b = b if b in keys else keys[1]
+    b = b if b in keys and b != a else next(k for k in keys if k != a)
     return html.Div([
         html.H2("Compare two runs"),
-        html.Div([html.Label("run A "), dcc.Dropdown(id=ids.COMPARE_A, options=keys, value=a, clearable=False,
-                                                      style={"minWidth": "240px"}),
-                  html.Label("run B "), dcc.Dropdown(id=ids.COMPARE_B, options=keys, value=b, clearable=False,
-                                                      style={"minWidth": "240px"})], className="controls"),
-        html.P(id=ids.COMPARE_MESSAGE, className="callout"),
-        dcc.Graph(id=ids.COMPARE_GRAPH),
-        dash_table.DataTable(id=ids.COMPARE_TABLE, columns=[{"name": c, "id": c} for c in (
-            "metric", "a_ms", "b_ms", "delta_ms", "delta_pct")], style_cell={"fontFamily": "monospace"}),
+        html.Div([html.Label("run A"), dcc.Dropdown(id=ids.COMPARE_A, options=keys, value=a, clearable=False,
+                                                     style={"minWidth": "240px"}),
+                  html.Label("run B"), dcc.Dropdown(id=ids.COMPARE_B, options=keys, value=b, clearable=False,
+                                                     style={"minWidth": "240px"})], className="controls"),
+        html.P(id=ids.COMPARE_NOTE, className="callout"),
+        html.P(id=ids.COMPARE_MESSAGE, className="muted"),
+        dash_table.DataTable(id=ids.COMPARE_TABLE, columns=[{"name": c, "id": c} for c in COLUMNS],
+                             style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": "13px",
+                                         "padding": "2px 8px", "textAlign": "right"},
+                             style_cell_conditional=[{"if": {"column_id": "metric"}, "textAlign": "left"}],
+                             style_header={"fontWeight": "600", "backgroundColor": "#eceff1"}),
+        dcc.Graph(id=ids.COMPARE_GRAPH, config={"displaylogo": False}),
     ])
 
 
 def register(app: Dash, cache: RunCache) -> None:
     @app.callback(
-        Output(ids.COMPARE_GRAPH, "figure"), Output(ids.COMPARE_TABLE, "data"), Output(ids.COMPARE_MESSAGE,
-                                                                                        "children"),
+        Output(ids.COMPARE_GRAPH, "figure"), Output(ids.COMPARE_TABLE, "data"), Output(ids.COMPARE_NOTE, "children"),
+        Output(ids.COMPARE_MESSAGE, "children"),
         Input(ids.COMPARE_A, "value"), Input(ids.COMPARE_B, "value"),
     )
-    def draw(a: str, b: str) -> Any:
-        if a not in cache.runs or b not in cache.runs:
-            return no_update, no_update, "Pick two of the runs this dashboard was started with."
-        problems = [m for m in (cache.check(a), cache.check(b)) if m]
-        if problems:
-            return figures.compare_figure(transforms.compare(*[_empty()] * 2), a, b), [], " ".join(problems)
+    @guarded(4, 3)
+    def draw(a: Any, b: Any) -> Any:
+        shown = [k for k in cache.keys() if cache.check(k) is None]
+        a, b = as_key(a, shown), as_key(b, shown)
         deltas = transforms.compare(cache.compare_values(a), cache.compare_values(b))
-        rows = [{"metric": r["metric"], "a_ms": round(r["a_ns"] / 1e6, 4), "b_ms": round(r["b_ns"] / 1e6, 4),
-                 "delta_ms": round(r["delta_ns"] / 1e6, 4),
-                 "delta_pct": None if r["delta_pct"] is None else round(r["delta_pct"], 1)}
+        rows = [{"metric": r["metric"], "run A": _fmt(r["a"], r["unit"]),
+                 "run B": _fmt(r["b"], r["unit"]), "B − A": _delta(r["delta"], r["unit"]),
+                 "change": "–" if r["delta_pct"] is None or r["unit"] == "%" else f"{r['delta_pct']:+.1f}%"}
                 for r in deltas.iter_rows(named=True)]
-        note = ("B − A; 'unknown' rows are groups whose dimension or tier nothing decided: analyze with --layout "
-                "or --network to classify them.") if any("unknown" in r["metric"] for r in rows) else "B − A."
-        return figures.compare_figure(deltas, a, b), rows, note
-
-
-def _empty() -> Any:
-    import polars as pl
-
-    return pl.DataFrame(schema={"metric": pl.String, "value_ns": pl.Float64})
+        notes = differences(cache, a, b)
+        note = ("Not like for like: " + "; ".join(notes) + ". Read the deltas with care."
+                if notes else f"{a} and {b} are comparable: same world size, backend, GPUs and dimensions.")
+        text = ("Times are means per rank and step; – = the run has no such dimension or tier, or the value is "
+                "unknown (e.g. bandwidth without message sizes).")
+        return figures.compare_figure(deltas, a, b), rows, note, text

@@ -1,7 +1,9 @@
-"""Timeline: ranks × lanes, comm coloured by dimension with its exposed part underlined.
+"""Timeline: one compute and one comm lane per rank (or every stream), comm coloured by dimension with its
+exposed part in black.
 
 The server aggregates to what the window can show (``transforms.merge_to_bins``); zooming sends the new
-x range back, and the figure for (run, window, ranks) is cached.
+x range back, and the figure for (run, window, ranks, lanes) is cached. The state — step, window (t0/t1 in
+ms since the run's first event), ranks, lanes — is written into the URL, so a view can be linked.
 """
 
 from __future__ import annotations
@@ -10,78 +12,182 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from commprof.dashboard import ids
-from commprof.dashboard.cache import RunCache
+from commprof.dashboard import ids, transforms
+from commprof.dashboard.cache import MAX_TIMELINE_RANKS, RunCache
+from commprof.dashboard.state import (
+    BadInput,
+    as_choice,
+    as_float,
+    as_int,
+    as_key,
+    as_ranks,
+    as_relayout,
+    as_window_ns,
+    guarded,
+    parse_query,
+    ranks_text,
+)
 
 TITLE = "Timeline"
 WHOLE_RUN = "all"
+LANE_OPTIONS = [{"label": "a compute and a comm lane per rank", "value": transforms.RANK_LANES},
+                {"label": "every stream / thread", "value": transforms.STREAM_LANES}]
 
 
-def _step_window(cache: RunCache, key: str, step: Any) -> list[int]:
+def _steps(cache: RunCache, key: str) -> list[str]:
+    return [str(s) for s in cache.timeline_base(key).steps["step"].to_list()]
+
+
+def step_window(cache: RunCache, key: str, step: Any) -> tuple[int, int]:
     base = cache.timeline_base(key)
-    if step not in (None, WHOLE_RUN):
-        row = base.steps.filter(base.steps["step"] == int(step))
-        if row.height:
-            return [int(row["start_ns"][0]), int(row["end_ns"][0])]
-    return [base.origin_ns, base.end_ns]
+    if step not in (None, WHOLE_RUN, ""):
+        number = as_int(step, "step")
+        row = base.steps.filter(base.steps["step"] == number)
+        if row.height == 0:
+            raise BadInput(f"this run has no step {number} (steps: {', '.join(_steps(cache, key)) or 'none'})")
+        return int(row["start_ns"][0]), int(row["end_ns"][0])
+    return base.origin_ns, base.end_ns
 
 
-def layout(cache: RunCache, key: str) -> Any:
-    base = cache.timeline_base(key)
-    steps = base.steps["step"].to_list()
-    ranks = cache.analysis(key).ranks["rank"].to_list()
+def _initial(cache: RunCache, key: str, query: dict[str, str]) -> tuple[str, tuple[int, int], list[int], str, str]:
+    """(step, window, ranks, lanes, message) from the URL; a bad value is reported and left at its default."""
+    problems = []
+    step, ranks, lanes = WHOLE_RUN, list(cache.default_ranks(key)), transforms.RANK_LANES
+    window = step_window(cache, key, None)
+    try:
+        if query.get("step"):
+            window = step_window(cache, key, query["step"])
+            step = str(as_int(query["step"], "step"))
+    except BadInput as err:
+        problems.append(str(err))
+    try:
+        chosen = as_ranks(query.get("ranks"), cache.analysis(key).ranks["rank"].to_list())
+        ranks = chosen if chosen else ranks
+    except BadInput as err:
+        problems.append(str(err))
+    try:
+        if query.get("t0") or query.get("t1"):
+            origin = cache.timeline_base(key).origin_ns
+            lo = as_float(query.get("t0", (window[0] - origin) / 1e6), "t0")
+            hi = as_float(query.get("t1", (window[1] - origin) / 1e6), "t1")
+            window = (origin + int(min(lo, hi) * 1e6), origin + int(max(lo, hi) * 1e6))
+    except BadInput as err:
+        problems.append(str(err))
+    try:
+        if query.get("lanes"):
+            lanes = as_choice(query["lanes"], "lane mode", [transforms.RANK_LANES, transforms.STREAM_LANES])[0]
+    except BadInput as err:
+        problems.append(str(err))
+    return step, (window[0], max(window[1], window[0] + 1)), ranks, lanes, " ".join(problems)
+
+
+def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> Any:
+    step, window, ranks, lanes, problem = _initial(cache, key, query or {})
+    all_ranks = cache.analysis(key).ranks["rank"].to_list()
     return html.Div([
-        dcc.Store(id=ids.TIMELINE_WINDOW, data=[base.origin_ns, base.end_ns]),
-        html.H2(f"{key} — timeline"),
+        dcc.Store(id=ids.TIMELINE_WINDOW, data=list(window)),
+        html.Div([html.H2(f"{key} — timeline", style={"flex": "1"}),
+                  html.A("Download for Perfetto (.json)", href=f"/download/{key}/perfetto.json", id=ids.PERFETTO_LINK,
+                         title="The whole run as an annotated trace: open it at ui.perfetto.dev")],
+                 className="controls"),
         html.Div([
-            html.Label("step "), dcc.Dropdown(
-                id=ids.TIMELINE_STEP, clearable=False, value=WHOLE_RUN, style={"width": "160px"},
-                options=[{"label": "whole run", "value": WHOLE_RUN}] + [{"label": f"step {s}", "value": str(s)}
-                                                                         for s in steps]),
-            html.Label("ranks "), dcc.Dropdown(
-                id=ids.TIMELINE_RANKS, multi=True, value=cache.default_ranks(key), style={"minWidth": "320px"},
-                options=[{"label": str(r), "value": r} for r in ranks], placeholder="all ranks"),
-            html.Span(id=ids.TIMELINE_INFO, className="muted"),
+            html.Label("step"), dcc.Dropdown(
+                id=ids.TIMELINE_STEP, clearable=False, value=step, style={"width": "150px"},
+                options=[{"label": "whole run", "value": WHOLE_RUN}] + [{"label": f"step {s}", "value": s}
+                                                                         for s in _steps(cache, key)]),
+            html.Label("ranks"), dcc.Dropdown(
+                id=ids.TIMELINE_RANKS, multi=True, value=ranks, style={"minWidth": "320px", "maxWidth": "700px"},
+                options=[{"label": str(r), "value": r} for r in all_ranks],
+                placeholder=f"all ranks (the first {MAX_TIMELINE_RANKS} are drawn)"),
+            dcc.RadioItems(id=ids.TIMELINE_LANES, options=LANE_OPTIONS, value=lanes, inline=True,
+                           inputStyle={"marginRight": "4px", "marginLeft": "10px"}),
         ], className="controls"),
-        html.P("Drag to zoom (the server re-aggregates for the new window); double-click to reset.",
-               className="muted"),
-        dcc.Loading(dcc.Graph(id=ids.TIMELINE_GRAPH, config={"scrollZoom": False}), delay_show=300),
+        html.Div([html.Span(id=ids.TIMELINE_INFO, className="muted")], className="controls"),
+        html.Div(problem, id=ids.TIMELINE_MESSAGE, className="message"),
+        html.P("Default ranks: the ones that matter most — the top finding's, or the rank the others wait for "
+               "and its group, then the most exposed. Drag to zoom (the server re-aggregates for the new window); "
+               "double-click to reset. The URL keeps this view.", className="muted"),
+        dcc.Loading(dcc.Graph(id=ids.TIMELINE_GRAPH, config={"scrollZoom": False, "displaylogo": False}),
+                    delay_show=300),
     ])
 
 
 def register(app: Dash, cache: RunCache) -> None:
     @app.callback(
-        Output(ids.TIMELINE_WINDOW, "data"),
+        Output(ids.TIMELINE_WINDOW, "data"), Output(ids.TIMELINE_MESSAGE, "children", allow_duplicate=True),
         Input(ids.TIMELINE_STEP, "value"), Input(ids.TIMELINE_GRAPH, "relayoutData"),
-        State(ids.RUN_KEY, "data"), State(ids.TIMELINE_WINDOW, "data"),
+        State(ids.RUN_KEY, "data"),
         prevent_initial_call=True,
     )
-    def set_window(step: Any, relayout: dict[str, Any] | None, key: str, window: list[int] | None) -> Any:
-        if key not in cache.runs:
-            return no_update
+    @guarded(2, 1)
+    def set_window(step: Any, relayout: Any, key: Any) -> Any:
+        key = as_key(key, cache.runs)
         if ctx.triggered_id == ids.TIMELINE_STEP:
-            return _step_window(cache, key, step)
-        relayout = relayout or {}
-        if relayout.get("xaxis.autorange"):
-            return _step_window(cache, key, step)
-        lo, hi = relayout.get("xaxis.range[0]"), relayout.get("xaxis.range[1]")
-        if lo is None and isinstance(relayout.get("xaxis.range"), list):
-            lo, hi = relayout["xaxis.range"]
-        if lo is None or hi is None:
-            return no_update
+            return list(step_window(cache, key, step)), ""
+        zoom = as_relayout(relayout)
+        if zoom is None:
+            return no_update, no_update
+        if zoom == "reset":
+            return list(step_window(cache, key, step)), ""
         origin = cache.timeline_base(key).origin_ns
-        start, end = origin + int(float(lo) * 1e6), origin + int(float(hi) * 1e6)
-        return [start, max(end, start + 1)]
+        lo, hi = zoom
+        start, end = origin + int(lo * 1e6), origin + int(hi * 1e6)
+        return [start, max(end, start + 1)], ""
 
     @app.callback(
         Output(ids.TIMELINE_GRAPH, "figure"), Output(ids.TIMELINE_INFO, "children"),
-        Input(ids.TIMELINE_WINDOW, "data"), Input(ids.TIMELINE_RANKS, "value"), State(ids.RUN_KEY, "data"),
+        Output(ids.TIMELINE_MESSAGE, "children", allow_duplicate=True),
+        Input(ids.TIMELINE_WINDOW, "data"), Input(ids.TIMELINE_RANKS, "value"), Input(ids.TIMELINE_LANES, "value"),
+        State(ids.RUN_KEY, "data"), prevent_initial_call="initial_duplicate",
     )
-    def draw(window: list[int], ranks: list[int] | None, key: str) -> Any:
-        if key not in cache.runs or not window:
-            return no_update, no_update
-        chosen = tuple(sorted(int(r) for r in ranks)) if ranks else None
-        fig, info = cache.timeline_figure(key, int(window[0]), int(window[1]), chosen)
-        text = (f"{info['lanes']} lanes · {info['segments']} segments drawn "
-                f"(≤ {info['bins']} per lane) · window {(window[1] - window[0]) / 1e6:.3f} ms")
-        return fig, text
+    @guarded(3, 2)
+    def draw(window: Any, ranks: Any, lanes: Any, key: Any) -> Any:
+        key = as_key(key, cache.runs)
+        start, end = as_window_ns(window)
+        mode = (as_choice(lanes, "lane mode", [transforms.RANK_LANES, transforms.STREAM_LANES]) or
+                [transforms.RANK_LANES])[0]
+        all_ranks = cache.analysis(key).ranks["rank"].to_list()
+        chosen = as_ranks(ranks, all_ranks) or sorted(all_ranks)
+        note = ""
+        if len(chosen) > MAX_TIMELINE_RANKS:
+            note = (f"{len(chosen)} ranks chosen: the first {MAX_TIMELINE_RANKS} are drawn "
+                    f"({ranks_text(chosen[:MAX_TIMELINE_RANKS])}); pick fewer ranks to see the others.")
+            chosen = chosen[:MAX_TIMELINE_RANKS]
+        fig, info = cache.timeline_figure(key, start, end, tuple(chosen), mode)
+        text = (f"{len(chosen)} rank(s) · {info['lanes']} lanes · {info['segments']} segments drawn "
+                f"(≤ {info['bins']} per lane) · window {(end - start) / 1e6:.3f} ms")
+        return fig, text, note
+
+    @app.callback(
+        Output(ids.URL, "search", allow_duplicate=True),
+        Input(ids.TIMELINE_WINDOW, "data"), Input(ids.TIMELINE_RANKS, "value"), Input(ids.TIMELINE_LANES, "value"),
+        State(ids.TIMELINE_STEP, "value"), State(ids.RUN_KEY, "data"), State(ids.URL, "search"),
+        prevent_initial_call=True,
+    )
+    @guarded(1, None)
+    def remember(window: Any, ranks: Any, lanes: Any, step: Any, key: Any, search: Any) -> Any:
+        """The view's state into the URL (the router does not re-render on a new query string)."""
+        key = as_key(key, cache.runs)
+        start, end = as_window_ns(window)
+        chosen = as_ranks(ranks, cache.analysis(key).ranks["rank"].to_list())
+        params: dict[str, str] = {}
+        whole = step_window(cache, key, None)
+        in_step = step_window(cache, key, step) if step not in (None, WHOLE_RUN) else whole
+        if step not in (None, WHOLE_RUN):
+            params["step"] = str(as_int(step, "step"))
+        # the window went through the browser as JSON numbers (53-bit): equal within a µs is equal
+        if abs(start - in_step[0]) > 1000 or abs(end - in_step[1]) > 1000:
+            origin = cache.timeline_base(key).origin_ns
+            params["t0"], params["t1"] = f"{(start - origin) / 1e6:.3f}", f"{(end - origin) / 1e6:.3f}"
+        if chosen:
+            params["ranks"] = ranks_text(chosen)
+        if lanes == transforms.STREAM_LANES:
+            params["lanes"] = transforms.STREAM_LANES
+        from urllib.parse import urlencode
+
+        current = parse_query(search)
+        if current == params or (current.get("ranks") and as_ranks(current["ranks"], chosen or []) == chosen
+                                 and {k: v for k, v in current.items() if k != "ranks"} ==
+                                 {k: v for k, v in params.items() if k != "ranks"}):
+            return no_update  # the URL already says this (no new history entry)
+        return "?" + urlencode(params) if params else ""

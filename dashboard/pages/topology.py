@@ -1,31 +1,45 @@
-"""Topology: ranks grouped by node with links coloured by tier, and the rank × rank traffic matrix."""
+"""Topology: hosts as boxes with their ranks, links coloured by dimension and weighted by traffic, and the
+traffic matrix (rank × rank, or host × host beyond 64 ranks). A rank opens its timeline."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, dcc, html
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from commprof.analyzers import traffic
-from commprof.dashboard import figures, ids
+from commprof.dashboard import figures, ids, transforms
 from commprof.dashboard.cache import RunCache
+from commprof.dashboard.pages.overview import _point
+from commprof.dashboard.state import as_key, as_ranks, guarded, href
 
 TITLE = "Topology"
 
 
-def layout(cache: RunCache, key: str) -> Any:
+def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> Any:
     a = cache.analysis(key)
-    matrix, left_out = cache.traffic(key)
-    note = (f"{left_out} calls are not in the matrix: their process group's ranks are unknown."
-            if left_out else "")
+    hosts = cache.hosts(key)
+    host_links = transforms.host_traffic(a.traffic, hosts)
+    note = (f"{a.traffic_left_out} calls are not in the matrix: their process group's ranks are unknown."
+            if a.traffic_left_out else "")
+    how = " ".join((traffic.__doc__ or "").split("\n\n")[1].split()).replace("``", "") if traffic.__doc__ else ""
     return html.Div([
         html.H2(f"{key} — topology"),
-        dcc.Graph(id=ids.TOPO_GRAPH, figure=figures.topology_figure(a.ranks, cache.links(key))),
-        dcc.Graph(id=ids.TOPO_TRAFFIC, figure=figures.traffic_figure(matrix, a.ranks["rank"].to_list())),
-        html.P(["How traffic is counted: ", " ".join((traffic.__doc__ or "").split("\n\n")[1].split()),
-                html.Br(), note], className="muted"),
+        dcc.Graph(id=ids.TOPO_GRAPH, figure=figures.topology_figure(a.ranks, a.traffic, host_links),
+                  config={"displaylogo": False}),
+        dcc.Graph(id=ids.TOPO_TRAFFIC, figure=figures.traffic_figure(a.traffic, a.ranks["rank"].to_list(), hosts),
+                  config={"displaylogo": False}),
+        html.P(["How traffic is counted: ", how, html.Br(), note], className="muted", id=ids.TOPO_MESSAGE),
     ])
 
 
 def register(app: Dash, cache: RunCache) -> None:
-    """Static page."""
+    @app.callback(Output(ids.URL, "href", allow_duplicate=True), Input(ids.TOPO_GRAPH, "clickData"),
+                  State(ids.RUN_KEY, "data"), prevent_initial_call=True)
+    @guarded(1, None)
+    def drill(click: Any, key: Any) -> Any:
+        key = as_key(key, cache.runs)
+        rank = _point(click)
+        if rank is None:
+            return no_update
+        return href(key, "timeline", ranks=as_ranks([rank], cache.analysis(key).ranks["rank"].to_list()))

@@ -260,7 +260,7 @@ def pipeline_shape(a: Analysis, calls: pl.DataFrame) -> tuple[int, int] | None:
     return int(pp["size"].max() or 2), max(micro, 1)
 
 
-def _through_the_pipeline(a: Analysis, calls: pl.DataFrame, pgs: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+def _through_the_pipeline(a: Analysis, calls: pl.DataFrame, pgs: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
     """In a pipeline (1F1B) a step lasts (m + p - 1) micro-batch times: time a change saves inside a
     stage's micro-batches is saved (m + p - 1) / m times over, the extra coming off the pp waits (the
     bubble) — or added to them when the change costs time."""
@@ -276,8 +276,8 @@ def _through_the_pipeline(a: Analysis, calls: pl.DataFrame, pgs: pl.DataFrame, w
     share = pl.col("exposed_after_ns") / pl.col("exposed_after_ns").sum().over("rank", "step")
     extra = ((amp - 1) * pl.col("_inner") * share.fill_nan(0.0).fill_null(0.0))
     pp = pp.with_columns((pl.col("exposed_after_ns") - extra).clip(0.0).alias("exposed_after_ns")).drop("_inner")
-    warnings.append(f"pipeline of {stages} stages and about {micro} micro-batches: changes inside the stages "
-                    f"count {amp:.2f}x, the difference taken from the pp waits")
+    notes.append(f"pipeline of {stages} stages and about {micro} micro-batches: changes inside the stages "
+                 f"count {amp:.2f}x, the difference taken from the pp waits")
     return pl.concat([pgs.filter(pl.col("dimension") != "pp"), pp.select(pgs.columns)])
 
 
@@ -315,7 +315,8 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
         calls = new_transfer(calls, tier_after, peak_after)
     overlap = frozenset(c.dimension for c in changes if c.kind == "overlap" and c.dimension)
     pgs = exposure_after(a, calls, overlap)
-    pgs = _through_the_pipeline(a, calls, pgs, warnings)
+    notes: list[str] = []
+    pgs = _through_the_pipeline(a, calls, pgs, notes)
     per_rank_step = pgs.group_by("rank", "step").agg(
         (pl.col("exposed_ns") - pl.col("exposed_after_ns")).sum().alias("_saved"))
     steps = a.steps.join(per_rank_step, on=["rank", "step"], how="left").with_columns(
@@ -350,6 +351,7 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
                    "step's compute), ready evenly through it")
     if straggler_saving_ns and any(c.kind == "straggler" for c in changes):
         method += "; straggler lateness removed"
+    method += "".join(f"; {n}" for n in notes)
     return WhatIf(tuple(c.text for c in changes), ranks, totals, by_dim, method, tuple(warnings))
 
 

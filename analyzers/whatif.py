@@ -309,6 +309,7 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
     for c in changes:
         if c.kind == "bandwidth":
             peak_after = pl.when(tier_after == c.tier).then(pl.lit(c.gbps)).otherwise(peak_after)
+    _warn_unmatched(calls, changes, warnings)
     if not calls.height:
         calls = calls.with_columns(pl.lit(None, pl.Float64).alias("transfer_after_ns"))
     else:
@@ -353,6 +354,20 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
         method += "; straggler lateness removed"
     method += "".join(f"; {n}" for n in notes)
     return WhatIf(tuple(c.text for c in changes), ranks, totals, by_dim, method, tuple(warnings))
+
+
+def _warn_unmatched(calls: pl.DataFrame, changes: list[Change], warnings: list[str]) -> None:
+    """A change that touches no call of the run says so, instead of estimating "no change"."""
+    dims = set(calls["dimension"].to_list()) if calls.height else set()
+    tiers = set(calls["tier"].to_list()) if calls.height else set()
+    moved = {c.tier for c in changes if c.kind in ("move", "retier")}
+    for c in changes:
+        if c.kind in ("move", "overlap") and c.dimension not in dims:
+            warnings.append(f"{c.text}: this run has no {c.dimension} calls (dimensions: "
+                            f"{', '.join(sorted(d for d in dims if d)) or 'none'}); it changes nothing")
+        elif c.kind == "bandwidth" and c.tier not in tiers | moved:
+            warnings.append(f"{c.text}: no call of this run runs on {c.tier} (tiers: "
+                            f"{', '.join(sorted(t for t in tiers if t)) or 'none'}); it changes nothing")
 
 
 def _peak_of(a: Analysis, changes: list[Change], tier: str) -> float | None:

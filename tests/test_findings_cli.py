@@ -96,3 +96,12 @@ def test_bad_what_if_is_one_line_exit_2(cli: Cli, runs: dict[str, Path], value: 
     result = cli("analyze", str(runs["good"]), "--what-if", value)
     assert result.exit_code == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_what_if_that_touches_nothing_says_so(cli: Cli, runs: dict[str, Path]) -> None:
+    doc = json.loads(cli("analyze", str(runs["good"]), "--what-if", "cp:nvlink", "--what-if", "roce=10",
+                         "--format", "json").stdout)
+    w = doc["what_if"]
+    assert w["totals"]["step_ns_after"] == w["totals"]["step_ns"]
+    assert [x.split(":")[0] for x in w["warnings"]] == ["cp", "roce=10"]
+    assert all("changes nothing" in x for x in w["warnings"])

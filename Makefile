@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record bench-synth fuzz
+.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record bench-synth bench-scale fuzz
 
 $(STAMP): pyproject.toml tools/setup_venv.py
 	@# torch: the one $(PYTHON) has, else a wheel on this machine, else the CPU-only build (never PyPI's
@@ -51,6 +51,9 @@ bench-nccl: $(STAMP)  # NCCL log parse speed on a generated ~1 GB log (BENCH_NCC
 
 bench-synth: $(STAMP)  # 64-rank synthetic run, ~50 MB/rank: generate + analyze, vs HTA (BENCH_SYNTH_ARGS="--mb-per-rank 5")
 	$(BIN)/python bench/bench_synth.py $(BENCH_SYNTH_ARGS)
+
+bench-scale: $(STAMP)  # 256 ranks x >= 20 MB: 1 vs 2 workers, RSS per worker, HTA on 16 ranks (BENCH_SCALE_ARGS="--ranks 64")
+	$(BIN)/python bench/bench_scale.py $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .bench-venv .pytest_cache .mypy_cache .ruff_cache

@@ -6,7 +6,9 @@ Each revision is checked out with ``git worktree`` into a temporary folder and l
 package (analyzers/ and dashboard/ copied under commprof/, as the wheel installs them). Each measured run
 is a fresh interpreter that opens the input with an empty cache, analyzes it and builds the JSON report
 (what ``commprof analyze --format json`` does end to end); runs alternate base, head, base, ... so both
-share the machine's noise. Medians and the head/base ratio are printed and written to .bench/versions.json.
+share the machine's noise. CPU time (the process and its pool workers, imports excluded) is reported
+beside wall time: on a shared machine it moves less with the others' load. Medians and the head/base
+ratio are printed and written to .bench/versions.json.
 Inputs: the 53.7 MB real trace (../shared/real_traces/hta/df_index_resolver) and a synthetic run made by
 the head's ``commprof synth`` (64 ranks by default), generated once.
 """
@@ -34,6 +36,8 @@ t0 = time.perf_counter()
 import commprof, commprof.run
 from commprof.report import analysis_json
 imported = time.perf_counter()
+_u = resource.getrusage(resource.RUSAGE_SELF)
+cpu_at_import = _u.ru_utime + _u.ru_stime
 path = sys.argv[1]
 cache = tempfile.mkdtemp(prefix="bench-versions-")
 run = commprof.open_run(path, cache_dir=cache)
@@ -47,10 +51,11 @@ else:  # before the single analysis: Run.analyze() and a report built from the r
     t2 = time.perf_counter()
     report = analysis_json.build(run, analysis)
 t3 = time.perf_counter()
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 print(json.dumps({"import_s": imported - t0, "ingest_s": t1 - imported, "analyze_s": t2 - t1,
-                  "report_s": t3 - t2, "total_s": t3 - imported,
-                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "ranks": len(report.get("ranks", []))}))
+                  "report_s": t3 - t2, "total_s": t3 - imported, "cpu_s": cpu - cpu_at_import,
+                  "maxrss_mb": me.ru_maxrss / 1024, "ranks": len(report.get("ranks", []))}))
 """
 
 
@@ -118,9 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                     row[which] = {"error": runs[0].get("error")}
                     continue
                 row[which] = {k: statistics.median(r[k] for r in ok)
-                              for k in ("ingest_s", "analyze_s", "report_s", "total_s", "maxrss_mb")}
+                              for k in ("ingest_s", "analyze_s", "report_s", "total_s", "cpu_s", "maxrss_mb")}
             if "total_s" in row.get("base", {}) and "total_s" in row.get("head", {}):
                 row["head_over_base_total"] = row["head"]["total_s"] / row["base"]["total_s"]
+                row["head_over_base_cpu"] = row["head"]["cpu_s"] / row["base"]["cpu_s"]
                 row["head_over_base_rss"] = row["head"]["maxrss_mb"] / row["base"]["maxrss_mb"]
             summary[name] = row
             print(f"\n{name}  (median of {args.repeat}, base {args.base} vs head {args.head})")
@@ -129,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {which}: " + ("  ".join(f"{k} {v:.3f}" for k, v in r.items()) if "error" not in r
                                         else f"error {r['error']}"))
             if "head_over_base_total" in row:
-                print(f"  head/base: total {row['head_over_base_total']:.3f}  peak RSS {row['head_over_base_rss']:.3f}")
+                print(f"  head/base: wall {row['head_over_base_total']:.3f}  CPU {row['head_over_base_cpu']:.3f}  "
+                      f"peak RSS {row['head_over_base_rss']:.3f}")
         OUT_JSON.parent.mkdir(exist_ok=True)
         OUT_JSON.write_text(json.dumps({"base": args.base, "head": args.head, "results": summary}, indent=1))
     finally:

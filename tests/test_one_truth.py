@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from polars.testing import assert_frame_equal
 
 import commprof
 from commprof.dashboard.cache import RunCache
@@ -51,7 +50,7 @@ def test_every_surface_shows_the_analysis_numbers(cli: Callable[..., Result], ru
     diff = _json(cli("diff", str(saved), str(run_path), "--format", "json"))
     assert diff["totals"]["exposed_wait_ns"]["b"] == a.totals["exposed_wait_ns"]
     cache = RunCache({"r": run})
-    compare = dict(cache.compare_values("r").iter_rows())
+    compare = {metric: value for metric, _unit, value in cache.compare_values("r").iter_rows()}
     assert compare["step time"] == pytest.approx(a.totals["step_ns"])
 
     # exposed per dimension and tier: analysis = JSON = dashboard = diff = regression rules
@@ -59,7 +58,8 @@ def test_every_surface_shows_the_analysis_numbers(cli: Callable[..., Result], ru
         truth = {r[key]: r["exposed_ns_per_step"] for r in frame.iter_rows(named=True)}
         assert {r[key]: r["exposed_ns_per_step"] for r in report[section]} == {
             k: round(v) for k, v in truth.items()}
-        assert_frame_equal(cache.exposed_by("r", key), frame)
+        # the dashboard (overview's dimension x tier table and compare) shows the analysis' rows
+        assert {k: compare[f"{key} {k} · exposed"] for k in truth} == pytest.approx(truth)
         assert {k: v["exposed_ns_per_step"]["b"] for k, v in diff[section].items()} == {
             k: round(v) for k, v in truth.items()}
     for dim, value in ((r["dimension"], r["exposed_ns_per_step"]) for r in report["dimensions"]):
@@ -88,3 +88,26 @@ def test_every_surface_shows_the_analysis_numbers(cli: Callable[..., Result], ru
     exported = sum(e["dur"] for e in trace["traceEvents"] if e.get("cat") == "commprof.exposed")
     spans = a.exposed_spans
     assert exported * 1000 == pytest.approx(float((spans["end_ns"] - spans["start_ns"]).sum()), abs=len(spans))
+
+
+def test_findings_are_the_analysis_findings_on_every_surface(cli: Callable[..., Result], run_path: Path,
+                                                             tmp_path: Path) -> None:
+    """analysis.findings = analyze JSON findings[] = check's embedded report and its violations = diff's new
+    findings against an empty report = the text report's first lines."""
+    a = commprof.analyze(commprof.open_run(run_path))
+    report = _json(cli("analyze", str(run_path), "--format", "json"))
+    truth = [(f.id, f.key, f.severity, f.saving_ns_per_step) for f in a.findings]
+    assert [(f["id"], f["key"], f["severity"], f["saving_ns_per_step"]) for f in report["findings"]] == truth
+    assert report["findings_computed"] is a.findings_computed is True
+    check = _json(cli("check", str(run_path), "--fail-on-findings", "info", "--format", "json"))
+    assert [f["key"] for f in check["report"]["findings"]] == [k for _, k, _, _ in truth]
+    rule = next(r for r in check["rules"] if r["name"] == "fail_on_findings")
+    assert [v["where"]["key"] for v in rule["violations"]] == [k for _, k, _, _ in truth]
+    empty = dict(report, findings=[])
+    saved = tmp_path / "none.json"
+    saved.write_text(json.dumps(empty))
+    diff = _json(cli("diff", str(saved), str(run_path), "--format", "json"))
+    assert [f["key"] for f in diff["findings"]["new"]] == [k for _, k, _, _ in truth]
+    text = cli("analyze", str(run_path)).stdout.splitlines()
+    for i, f in enumerate(a.findings[:5]):
+        assert text[1 + 2 * i].startswith(f"  {i + 1}. [{f.severity}] {f.title}")

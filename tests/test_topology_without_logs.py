@@ -59,3 +59,11 @@ def test_plain_trace_folder_is_not_a_run(cli: Callable[..., Result], tmp_path: P
     data = json.loads(cli("topology", str(folder), "--format", "json").stdout)
     assert data["topology_captures"] == [] and len(data["hosts"]) == 1
     assert any("not a `commprof record` run directory" in line for line in data["missing"])
+
+
+def test_json_says_which_shape(cli: Callable[..., Result], tmp_path: Path) -> None:
+    with_logs = json.loads(cli("topology", str(SAMPLES / "synth_2x8_tp8_dp2"), "--format", "json").stdout)
+    assert with_logs["nccl_logs"] is True and with_logs["communicators"]
+    without = json.loads(cli("topology", str(SAMPLES / "tp2_dp2"), "--format", "json",
+                             env={"COMMPROF_CACHE_DIR": str(tmp_path)}).stdout)
+    assert without["nccl_logs"] is False and without["schema_version"] == with_logs["schema_version"]

@@ -121,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     env_dir: Path = args.venv
     python = env_dir / "bin" / "python"
+    if sys.version_info < (3, 10):  # noqa: UP036 - this script runs before the venv exists, on any python3
+        say(f"commprof needs Python >= 3.10; {sys.executable} is {sys.version.split()[0]} "
+            "(pick another with `make PYTHON=/path/to/python3.11`)")
+        return 1
     if not python.exists():
         system_torch = importlib.util.find_spec("torch") is not None
         say(f"creating {env_dir} with {sys.executable}"

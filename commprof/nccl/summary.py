@@ -160,6 +160,7 @@ def summarize(run: NcclRun, tables: NcclTables) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "source": str(run.inputs.root),
+        "nccl_logs": True,  # False: the run had none, and the dict is commprof.nccl.without_logs' instead
         "files": {
             "logs": len(run.inputs.logs),
             "topology_xml": len(run.topologies),

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record bench-synth
+.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record bench-synth bench-scale fuzz
 
 $(STAMP): pyproject.toml tools/setup_venv.py
 	@# torch: the one $(PYTHON) has, else a wheel on this machine, else the CPU-only build (never PyPI's
@@ -33,6 +33,10 @@ pytest: $(STAMP)
 
 test: lint pytest
 
+# hostile input, thousands of cases: mutated traces, NCCL logs, reports, configs (make test runs a small budget)
+fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --seed 1"
+	$(BIN)/python tests/fuzzlib.py $(FUZZ_ARGS)
+
 bench: $(STAMP)
 	$(BIN)/python bench/bench_ingest.py
 
@@ -47,6 +51,9 @@ bench-nccl: $(STAMP)  # NCCL log parse speed on a generated ~1 GB log (BENCH_NCC
 
 bench-synth: $(STAMP)  # 64-rank synthetic run, ~50 MB/rank: generate + analyze, vs HTA (BENCH_SYNTH_ARGS="--mb-per-rank 5")
 	$(BIN)/python bench/bench_synth.py $(BENCH_SYNTH_ARGS)
+
+bench-scale: $(STAMP)  # 256 ranks x >= 20 MB: 1 vs 2 workers, RSS per worker, HTA on 16 ranks (BENCH_SCALE_ARGS="--ranks 64")
+	$(BIN)/python bench/bench_scale.py $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .bench-venv .pytest_cache .mypy_cache .ruff_cache

@@ -14,12 +14,15 @@ import polars as pl
 
 from commprof.analyzers import whatif
 from commprof.analyzers.findings import Finding
-from commprof.vocab import P2P_OPS, UNKNOWN
+from commprof.vocab import MEGATRON_ORDER, P2P_OPS, UNKNOWN
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis
 
 MIN_SHARE = 0.005  # below half a percent of the step a saving is noise
+# a straggler stands out from the jitter: late by >= 0.1 % of the step and >= 10x the upper quartile's excess
+STRAGGLER_MIN_SHARE = 0.001
+STRAGGLER_SPREADS = 10.0
 EXPECTED_EFFICIENCY = 0.8  # NCCL reaches about 80 % of a link's rate on large messages (nccl-tests)
 LOW_EFFICIENCY = 0.4  # a link at under half of that is "far below"
 LARGE_BYTES = 4 << 20  # bandwidth-bound calls: latency is under a few % of them on every tier
@@ -74,23 +77,37 @@ def _steps_of(frame: pl.DataFrame) -> tuple[int, ...]:
 # ------------------------------------------------------------------------------------------ straggler
 
 def straggler_lateness(c: Ctx) -> dict[int, float]:
-    """Per rank: how much later than the rest of the group it arrived per step, summed over the calls
-    it was last at (the margin = the smallest wait among the others), minus the median rank's — what
-    the others would not wait were it on time. Point-to-point calls are pipeline structure, not
-    straggling, and are left out."""
+    """Per rank: how much later than the rest of its group it arrived per step, summed over the calls
+    it was last at (the margin = the smallest wait among the others), minus the other ranks' median — what
+    the others would not wait were it on time. Only the calls of the innermost dimension count (the
+    first of tp, cp, ep, dp in Megatron's order that has calls; all calls when none is classified):
+    once a late rank has held up its TP group, the whole group arrives late at its DP calls, and
+    counting those again would charge one delay twice (and blame its victims). Point-to-point calls are
+    pipeline structure, not straggling, and are left out. Ranks within the jitter are not returned."""
     calls = c.calls.filter(pl.col("match_key").is_not_null() & ~pl.col("op").is_in(list(P2P_OPS))
                            & (pl.col("matched_ranks") > 1))
     if calls.height == 0:
         return {}
+    present = set(calls["dimension"].to_list())
+    inner = next((d for d in MEGATRON_ORDER if d in present), None)
+    if inner is not None:
+        calls = calls.filter(pl.col("dimension") == inner)
     margins = (calls.filter(pl.col("rank") != pl.col("late_rank")).group_by("match_key")
                .agg(pl.col("wait_ns").min().alias("margin"), pl.col("late_rank").first()))
     per = margins.group_by("late_rank").agg((pl.col("margin").sum() / c.n_steps).alias("late_ns"))
     ranks = c.a.steps["rank"].unique().to_list()
     late = {int(r): 0.0 for r in ranks}
     late.update({int(r): float(v) for r, v in per.iter_rows()})
-    values = sorted(late.values())
-    median = values[len(values) // 2] if values else 0.0
-    return {r: v - median for r, v in late.items() if v - median > 0}
+    out = {}
+    for rank, value in late.items():
+        others = sorted(v for r, v in late.items() if r != rank)
+        if not others:
+            continue
+        median = (others[(len(others) - 1) // 2] + others[len(others) // 2]) / 2
+        spread = others[(3 * len(others)) // 4] - median  # the others' jitter: their upper quartile's excess
+        if value - median > max(STRAGGLER_MIN_SHARE * c.step_ns, STRAGGLER_SPREADS * spread):
+            out[rank] = value - median
+    return out
 
 
 def rule_straggler(c: Ctx) -> list[Finding]:
@@ -100,10 +117,9 @@ def rule_straggler(c: Ctx) -> list[Finding]:
     waited = float(c.a.rank_summary["exposed_wait_ns"].max() or 0) if c.a.rank_summary.height else 0.0
     for rank, late in sorted(straggler_lateness(c).items(), key=lambda kv: -kv[1]):
         saving = min(late, waited)
-        if c.noise(saving):
-            continue
         row = table.get(rank, {})
-        mine = c.calls.filter((pl.col("late_rank") == rank) & (pl.col("rank") != rank))
+        mine = c.calls.filter((pl.col("late_rank") == rank) & (pl.col("rank") != rank)
+                              & ~pl.col("op").is_in(list(P2P_OPS)))
         dims = (mine.group_by("dimension").agg(pl.col("wait_ns").sum()).sort("wait_ns", descending=True)
                 ["dimension"].to_list())
         dim = dims[0] if dims else None
@@ -203,8 +219,8 @@ def rule_dp_sync_exposed(c: Ctx) -> list[Finding]:
                "backward_prefetch=BACKWARD_PRE, Megatron --overlap-grad-reduce; with gradient accumulation sync "
                "only on the last micro-batch (no_sync)",
         saving_ns_per_step=round(saving),
-        saving_model=f"what-if overlap:dp: {whatif.MODEL}; all but each step's last dp call hidden behind the "
-                     "backward (the last bucket's gradients are ready only when it ends)",
+        saving_model=f"what-if overlap:dp: {whatif.MODEL}; the dp calls run during the backward (2/3 of the "
+                     "step's compute), call k of K ready at k/K of it, one after another; the rest stays exposed",
         pgs=tuple(sorted(set(dp["pg"].to_list())))[:16], dimension="dp",
         tier=str(dp["tier"][0]) if dp.height else None, steps=_steps_of(dp),
         numbers={"comm_ns_per_step": comm, "exposed_ns_per_step": exposed, "overlapped_ns_per_step": overlapped,

@@ -4,7 +4,7 @@ Changes (``commprof analyze RUN --what-if X``, several combine):
 
 * ``ib=25`` — a tier's bandwidth, GB/s per GPU and direction (the unit of busbw);
 * ``tp:nvlink`` — a dimension's groups moved onto another tier;
-* ``overlap:dp`` — a dimension's sync overlapped with the backward (all but its last call hidden);
+* ``overlap:dp`` — a dimension's sync overlapped with the backward;
 * ``straggler:off`` — the late ranks the straggler findings name arrive on time.
 
 The model keeps every rank's compute as measured and changes only communication:
@@ -16,8 +16,9 @@ The model keeps every rank's compute as measured and changes only communication:
 2. **Exposure.** Per rank, step and process group: blocking groups (no compute ran beside them) expose
    all of their change. Asynchronous ones keep hiding behind the compute that runs between their first
    call's start and their last call's end, up to their new length; whatever does not fit is exposed.
-3. **Overlap** of a dimension leaves exposed, per rank-step, at most its last call (its gradients are
-   ready only when the backward ends).
+3. **Overlap** of a dimension runs its calls during the backward (2/3 of the step's compute, ending
+   where the sync starts now): call k of K becomes ready at k/K of it, the calls run one after another;
+   what runs past the backward's end stays exposed (at least the last call).
 4. **Straggler off** removes each named straggler's lateness per step (the straggler finding's saving)
    from every rank's step, as exposed wait on the ranks that waited.
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 # NCCL's per-step latency on each tier (µs): the alpha of the alpha-beta model.
 LATENCY_US = {"nvlink": 1.0, "pcie": 1.0, "shm": 2.0, "ib": 2.0, "roce": 3.0, "ethernet": 12.0, "loopback": 1.0}
+BACKWARD_SHARE = 2 / 3  # backward = 2x forward: the share of a step's compute a gradient sync can hide behind
 ASYNC_OVERLAP = 0.05  # a group whose calls ran beside compute for >= 5 % of their time hides behind compute
 MODEL = ("alpha-beta transfer on measured bytes (latency steps x tier latency + bus bytes / bandwidth), "
          "compute kept as measured, exposure re-derived per rank, step and group")
@@ -184,6 +186,28 @@ def _hideable(a: Analysis, windows: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(out)
 
 
+def _overlapped_sync(a: Analysis, calls: pl.DataFrame, dims: frozenset[str]) -> pl.DataFrame:
+    """Per (rank, step, pg) of ``dims``: the exposed time of its calls had they run during the backward.
+    The backward is taken as ``BACKWARD_SHARE`` of the step's compute, ending where the step's first call
+    of the group starts; the calls' gradients become ready evenly through it (call k of K at k/K), the
+    calls run one after another on the group's stream, each for its (what-if) duration; what runs past
+    the backward's end is exposed."""
+    dur = (pl.col("end_ns") - pl.col("start_ns") - pl.col("transfer_ns") + pl.col("transfer_after_ns"))
+    mine = (calls.filter(pl.col("dimension").is_in(list(dims)) & pl.col("step").is_not_null())
+            .sort("start_ns").group_by("rank", "step", "pg", maintain_order=True)
+            .agg(dur.cast(pl.Float64).alias("_durs")))
+    compute = a.steps.select("rank", "step", ((pl.col("compute_ns") + pl.col("overlapped_comm_ns")) * BACKWARD_SHARE)
+                             .cast(pl.Float64).alias("_bwd"))
+    mine = mine.join(compute, on=["rank", "step"], how="left")
+    exposed = []
+    for durs, bwd in zip(mine["_durs"].to_list(), mine["_bwd"].fill_null(0.0).to_list(), strict=True):
+        k, end = len(durs), float("-inf")
+        for i, d in enumerate(durs, 1):
+            end = max(-bwd + i * bwd / k, end) + d
+        exposed.append(max(0.0, end))
+    return mine.select("rank", "step", "pg").with_columns(pl.Series("sync_exposed_ns", exposed, pl.Float64))
+
+
 def exposure_after(a: Analysis, calls: pl.DataFrame, overlap_dims: frozenset[str] = frozenset()) -> pl.DataFrame:
     """Per (rank, step, pg): exposed_ns before and after, from ``calls`` carrying ``transfer_after_ns``
     (the analyzed calls of the run; see the module doc for the exposure rules)."""
@@ -213,9 +237,10 @@ def exposure_after(a: Analysis, calls: pl.DataFrame, overlap_dims: frozenset[str
     delta_exposed = (comm_after - overlapped_after) - (pl.col("comm_ns") - pl.col("overlapped_ns"))
     out = pgs.with_columns((pl.col("exposed_ns") + delta_exposed).clip(0.0).alias("exposed_after_ns"))
     if overlap_dims:
-        out = out.with_columns(
-            pl.when(pl.col("dimension").is_in(list(overlap_dims)))
-            .then(pl.min_horizontal(pl.col("exposed_after_ns"), pl.col("last_call_ns").fill_null(0.0)))
+        synced = _overlapped_sync(a, calls, overlap_dims)
+        out = out.join(synced, on=["rank", "step", "pg"], how="left").with_columns(
+            pl.when(pl.col("sync_exposed_ns").is_not_null())
+            .then(pl.min_horizontal(pl.col("exposed_after_ns"), pl.col("sync_exposed_ns")))
             .otherwise(pl.col("exposed_after_ns")).alias("exposed_after_ns"))
     result: pl.DataFrame = out.select("rank", "step", "pg", "dimension", "exposed_ns", "exposed_after_ns")
     return result
@@ -283,8 +308,12 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
                                             (pl.col("exposed_after_ns").sum() / rank_steps)
                                             .alias("exposed_ns_per_step_after"))
               .sort("exposed_ns_per_step", descending=True))
-    method = MODEL + ("; overlap of " + ", ".join(sorted(overlap)) + ": all but the last call per step hidden"
-                      if overlap else "") + ("; straggler lateness removed" if straggler_saving_ns else "")
+    method = MODEL
+    if overlap:
+        method += (f"; overlap of {', '.join(sorted(overlap))}: its calls run during the backward (2/3 of the "
+                   "step's compute), ready evenly through it")
+    if straggler_saving_ns:
+        method += "; straggler lateness removed"
     return WhatIf(tuple(c.text for c in changes), ranks, totals, by_dim, method, tuple(warnings))
 
 

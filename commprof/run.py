@@ -12,7 +12,7 @@ import polars as pl
 
 from commprof.errors import InputError
 from commprof.ingest import store
-from commprof.ingest.discover import Source, discover
+from commprof.ingest.discover import Source, discover, manifest_warnings
 from commprof.ingest.runner import ProgressFn, Runner
 from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
 
@@ -176,10 +176,26 @@ class Run:
                          tuple(self.warnings) + sidecars.warnings)
 
 
-def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None) -> tuple[list[RankFile], list[str]]:
+def _corrupt_traces(ingested: store.Ingested, allow_partial: bool) -> list[str]:
+    """Damage inside a complete trace is an error (the numbers would silently miss a part of the run)
+    unless a partial result is asked for; then it is a warning."""
+    corrupt = [(entry, meta) for entry, meta in zip(ingested.entries, ingested.metas, strict=True)
+               if meta.get("corrupt")]
+    if not corrupt:
+        return []
+    if not allow_partial:
+        entry, meta = corrupt[0]
+        more = f" (and {len(corrupt) - 1} other traces)" if len(corrupt) > 1 else ""
+        raise InputError(f"{meta['corrupt']}{more}; pass --allow-partial to analyze what is readable",
+                         entry.label or entry.path)
+    return [f"{entry.label or entry.path}: {meta['corrupt']} (--allow-partial)" for entry, meta in corrupt]
+
+
+def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None,
+                  allow_partial: bool = False) -> tuple[list[RankFile], list[str]]:
     if wanted is not None and not ingested.entries:
         raise InputError(f"none of the ranks asked for ({_ranges(sorted(wanted))}) has a trace in this run")
-    warnings: list[str] = []
+    warnings: list[str] = _corrupt_traces(ingested, allow_partial)
     for meta in ingested.metas:
         warnings.extend(meta.get("warnings") or [])
     sizes: dict[int, list[str]] = {}
@@ -224,6 +240,10 @@ def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None
             raise InputError(f"none of the {len(skipped)} traces could be read; the first: {skipped[0]['skipped']}")
         raise InputError(f"no trace with events: {len(skipped)} traces are cut short before their first event",
                          ingested.entries[0].path.parent)
+    if all(rf.meta.get("n_intervals", 1) == 0 for rf in out):
+        listed = ", ".join(rf.entry.rel for rf in out[:3]) + (", ..." if len(out) > 3 else "")
+        raise InputError(f"nothing to analyze: no trace holds a usable event ({listed})"
+                         + (f"; {warnings[0]}" if warnings else ""), ingested.entries[0].path.parent)
     out.sort(key=lambda rf: rf.rank)
     world = next(iter(sizes), None)
     failed = ingested.failures
@@ -268,15 +288,18 @@ def _ranges(ranks: list[int]) -> str:
 def open_run(
     path: str | Path, *, cache_dir: str | Path | None = None, jobs: int | None = None,
     progress: ProgressFn | None = None, runner: Runner | None = None, ranks: Iterable[int] | None = None,
+    allow_partial: bool = False,
 ) -> Run:
     """Open a commprof run directory, a folder of Kineto traces or one trace file.
 
     Traces are parsed once (on ``runner``: by default a local process pool sized to the machine, or
     ``jobs`` processes) and cached as Parquet; later opens read the cache. ``ranks``: open only these
-    ranks' traces (a quick look at a big run).
+    ranks' traces (a quick look at a big run). A trace damaged inside (not just cut short at its end) is
+    an error unless ``allow_partial``.
     """
     source = discover(path)
     wanted = None if ranks is None else frozenset(ranks)
     ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress, runner, wanted)
-    rank_files, warnings = _assign_ranks(ingested, wanted)
+    rank_files, warnings = _assign_ranks(ingested, wanted, allow_partial)
+    warnings = [*source.problems, *ingested.problems, *manifest_warnings(source.manifest), *warnings]
     return Run(source, ingested, rank_files, warnings)

@@ -343,7 +343,8 @@ def traffic_figure(matrix: pl.DataFrame, ranks: list[int], hosts: dict[int, str]
     ticks = list(range(lo, max(hi, lo + 1) + 1))
     fig = go.Figure(go.Heatmap(
         z=z_log, x=labels, y=labels, colorscale="Blues", zmin=lo, zmax=max(hi, lo + 1), customdata=text,
-        colorbar={"title": "bytes/step", "tickvals": ticks, "ticktext": [style.fmt_bytes(10.0 ** t) for t in ticks]},
+        colorbar={"title": {"text": "bytes per step", "side": "right"}, "tickvals": ticks,
+                  "ticktext": [style.fmt_bytes(10.0 ** t) for t in ticks]},
         hoverongaps=False, hovertemplate=f"{what} %{{y}} → {what} %{{x}}<br>%{{customdata}} per step<extra></extra>"))
     side = min(MAX_FIGURE_PX, max(440, 14 * len(labels) + 170))
     fig.update_layout(xaxis={"title": f"to {what}", "type": "category"},
@@ -372,12 +373,13 @@ def skew_group_figure(cells: pl.DataFrame, by: str, straggler: int | None) -> go
         z[i, j] = r["wait_ns_per_step"] / 1e6
         custom[i, j] = (int(r["rank"]), str(r["pg"]), "–" if r["max_wait_step"] is None else int(r["max_wait_step"]))
     fig = go.Figure(go.Heatmap(
-        z=z, x=columns, y=rows, colorscale="Reds", zmin=0, colorbar={"title": "ms/step"}, customdata=custom,
+        z=z, x=columns, y=rows, colorscale="Reds", zmin=0, customdata=custom,
+        colorbar={"title": {"text": "ms per step", "side": "right"}},
         hoverongaps=False, hovertemplate=(f"{by} %{{y}}<br>%{{x}}<br>%{{z:.3f}} ms per step waiting"
                                           "<br>(click: timeline of this group)<extra></extra>")))
     longest = max((len(c) for c in columns), default=10)
     height = min(MAX_FIGURE_PX, max(380, 16 * len(rows) + 140 + 6 * longest))
-    fig.update_layout(xaxis={"title": "process group · dimension", "type": "category", "tickangle": -30,
+    fig.update_layout(xaxis={"title": "process group · dimension", "type": "category", "tickangle": -90,
                              "automargin": True},
                       yaxis={"title": by, "type": "category", "autorange": "reversed", "automargin": True},
                       height=height)
@@ -413,7 +415,7 @@ def skew_calls_figure(waits: pl.DataFrame, straggler: int | None, title_suffix: 
                                                                   cols["step"].to_list(), strict=True)]
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(len(col_index))), y=[str(r) for r in ranks], colorscale="Reds", zmin=0,
-        colorbar={"title": "ms"}, customdata=np.array([labels] * len(ranks)),
+        colorbar={"title": {"text": "ms waiting", "side": "right"}}, customdata=np.array([labels] * len(ranks)),
         hovertemplate="rank %{y}<br>%{customdata}<br>%{z:.3f} ms waiting<extra></extra>", hoverongaps=False,
     ))
     if straggler is not None and straggler in row_index:

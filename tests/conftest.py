@@ -23,11 +23,13 @@ SAMPLE_RUN = REPO_ROOT / "sample_traces" / "gloo_4rank_profiler"
 
 @pytest.fixture(autouse=True)
 def user_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """COMMPROF_CACHE_DIR points into the test's tmp folder, so that single-file inputs and unwritable
-    folders never cache in ~/.cache/commprof."""
-    cache = tmp_path / "user-cache"
-    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(cache))
-    return cache
+    """The per-user cache (~/.cache/commprof) lies in the test's tmp folder (HOME points there), so that
+    single-file inputs and unwritable folders never cache in the real one. COMMPROF_CACHE_DIR is unset:
+    when set it takes every run's cache, also of writable folders (tests that want that set it)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("COMMPROF_CACHE_DIR", raising=False)
+    return home / ".cache" / "commprof"
 
 
 @pytest.fixture

@@ -30,7 +30,8 @@ def _rule(doc: dict[str, Any], name: str) -> dict[str, Any]:
 def test_synthetic_known_answers_pass(cli: Callable[..., Result], synth: Path) -> None:
     # exposed 0.5 ms of a 2 ms step = 25 % on both ranks; rank 0 waits 0.3 ms for rank 1
     result = cli("check", str(synth), "--format", "json", "--max-exposed-comm-pct", "25.5",
-                 "--max-exposed-ms-per-step", "0.51", "--max-straggler-wait-ms", "0.31", "--fail-on-findings", "high")
+                 "--max-exposed-ms-per-step", "0.51", "--max-straggler-wait-ms", "0.31",
+                 "--fail-on-findings", "critical")
     assert result.exit_code == 0, result.output
     doc = _json(result)
     assert doc["passed"] is True and doc["exit_code"] == 0
@@ -38,6 +39,11 @@ def test_synthetic_known_answers_pass(cli: Callable[..., Result], synth: Path) -
     assert _rule(doc, "max_exposed_ms_per_step")["measured"] == pytest.approx(0.5)
     assert _rule(doc, "max_straggler_wait_ms")["measured"] == pytest.approx(0.3)
     assert _rule(doc, "fail_on_findings")["status"] == "pass"
+    # rank 1 starts every all-reduce 0.3 ms late: a straggler costing 15 % of the 2 ms step (high)
+    high = _json(cli("check", str(synth), "--format", "json", "--fail-on-findings", "high"))
+    (violation,) = _rule(high, "fail_on_findings")["violations"]
+    assert violation["where"]["id"] == "straggler" and violation["where"]["ranks"] == [1]
+    assert high["report"]["findings"][0]["saving_ns_per_step"] == pytest.approx(300_000, rel=0.01)
     worst = max(doc["report"]["skew"]["stragglers"], key=lambda s: s["max_wait_ns"])
     assert (worst["rank"], worst["max_wait_ns"], worst["max_wait_late_rank"], worst["max_wait_pg"]) == \
         (0, 300_000, 1, "0")
@@ -70,10 +76,8 @@ def test_sample_run_rules(cli: Callable[..., Result], sample_run: Path) -> None:
     ok = cli("check", str(sample_run), "--max-exposed-comm-pct", "90", "--max-exposed-ms-per-step", "40",
              "--max-straggler-wait-ms", "100", "--fail-on-findings", "high", "--format", "json")
     assert ok.exit_code == 0, ok.output
-    # the sample's rank 3 arrives late at every step: a medium straggler finding fails a "medium" gate
-    strict = cli("check", str(sample_run), "--fail-on-findings", "medium", "--format", "json")
-    assert strict.exit_code == 1
-    assert any(v["where"]["id"] == "straggler" for v in _rule(_json(strict), "fail_on_findings")["violations"])
+    # the CPU sample's lateness is spread over all ranks (scheduling jitter): no finding, even at "info"
+    assert cli("check", str(sample_run), "--fail-on-findings", "info").exit_code == 0
     doc = _json(ok)
     # plain-profiler Gloo traces carry no seq: calls are matched by their order in each group
     stragglers = doc["report"]["skew"]["stragglers"]

@@ -1,26 +1,101 @@
-"""The dashboard in a real headless Chromium: every page loads, the timeline zooms, the collectives
-table filters, compare shows two runs, and the browser console stays free of errors."""
+"""The dashboard in a real headless Chromium, on a recorded sample (tp2_pp2_dp2), the synthetic GPU sample
+(synth_2x8_tp8_dp2) and a synthetic 64-rank run (and a 256-rank one, marked slow): every page renders with
+no console error, no text overlaps or is clipped (from the elements' boxes), the headline and findings are
+there, drill-down links land on the filtered view, every timeline bar sits on its rank's lane and no
+canvas passes 8192 px. Screenshots go to artifacts/screenshots/."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from commprof.dashboard import ids
+from commprof.dashboard import ids, state
 
 pytestmark = pytest.mark.browser
 
+ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-SCREENSHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 CHROME_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--no-first-run", "--window-size=1400,1000")
+PAGES = {"overview": ids.OVERVIEW_BREAKDOWN, "timeline": ids.TIMELINE_GRAPH, "collectives": ids.COLL_SCATTER,
+         "topology": ids.TOPO_GRAPH, "skew": ids.SKEW_GROUPS}
+
+# Text boxes from the DOM: every non-empty SVG text of each plotly graph and the page's HTML text.
+# Overlap: two texts of one graph whose boxes intersect by > 2 px both ways. Clipped: an SVG text outside its
+# graph, an HTML element wider than the page, or a table cell / tile whose text is cut (scrollWidth).
+LAYOUT_JS = """
+const out = {overlaps: [], clipped: []};
+const page = document.documentElement.clientWidth;
+const inter = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 2 &&
+                        Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 2;
+document.querySelectorAll('.js-plotly-plot').forEach((g) => {
+  const frame = g.getBoundingClientRect();
+  const texts = [];
+  g.querySelectorAll('text').forEach((t) => {
+    if (!t.textContent.trim() || t.closest('.textpoint')) return;  // text drawn on markers is part of them
+    const r = t.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) return;
+    texts.push({t: t.textContent.trim(), r: r});
+    if (r.left < frame.left - 1 || r.right > frame.right + 1 || r.top < frame.top - 1 || r.bottom > frame.bottom + 1)
+      out.clipped.push(g.parentElement.id + ': ' + t.textContent.trim());
+  });
+  for (let i = 0; i < texts.length; i++) for (let j = i + 1; j < texts.length; j++)
+    if (inter(texts[i].r, texts[j].r)) out.overlaps.push(g.parentElement.id + ': ' + texts[i].t + ' | ' + texts[j].t);
+});
+document.querySelectorAll('h2, h3, p, label, a, th, td, .tile .value, .finding, .Select-value-label').forEach((e) => {
+  const r = e.getBoundingClientRect();
+  if (r.width === 0 || e.closest('.scroll') || e.closest('.dash-spreadsheet-container')) return;
+  if (r.right > page + 1) out.clipped.push('past the page: ' + e.textContent.trim().slice(0, 60));
+});
+const cells = '.dash-spreadsheet-container td, .dash-spreadsheet-container th, .tile .value';
+document.querySelectorAll(cells).forEach((e) => {
+  if (e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflow !== 'visible')
+    out.clipped.push('cut: ' + e.textContent.trim().slice(0, 60));
+});
+return out;
+"""
+
+CANVAS_JS = "return Array.from(document.querySelectorAll('canvas')).map(c => [c.width, c.height]);"
+
+# Every timeline point on its lane: y near an integer lane, inside the pinned range, and the tick label of
+# that lane drawn at the lane's pixel; a comm point's hover names the rank of its lane's label.
+LANES_JS = """
+const g = document.querySelector('#%s .js-plotly-plot');
+const ya = g._fullLayout.yaxis, top = g.getBoundingClientRect().top + ya._offset;
+const labels = {};
+g.querySelectorAll('.ytick text').forEach((t) => {
+  const r = t.getBoundingClientRect(); labels[t.textContent] = (r.top + r.bottom) / 2; });
+const ticktext = ya.ticktext, tickvals = ya.tickvals, bad = [];
+let points = 0;
+tickvals.forEach((v, i) => {
+  const px = top + ya.l2p(v);
+  if (!(ticktext[i] in labels) || Math.abs(labels[ticktext[i]] - px) > 3)
+    bad.push('label ' + ticktext[i] + ' off its lane');
+});
+g._fullData.forEach((tr) => {
+  for (let k = 0; k < tr.y.length; k++) {
+    const y = tr.y[k]; if (y === null || Number.isNaN(y)) continue;
+    points++;
+    const lane = Math.round(y);
+    if (Math.abs(y - lane) > 0.35 || lane < 0 || lane >= tickvals.length) { bad.push(tr.name + ' y=' + y); continue; }
+    if (tr.text && tr.text[k]) {
+      const m = /rank (\\d+)/.exec(tr.text[k]); const label = ticktext[lane];
+      if (m && !label.startsWith('rank ' + m[1] + ' ')) bad.push(tr.name + ': ' + m[0] + ' drawn on ' + label);
+    }
+  }
+});
+return {bad: bad.slice(0, 10), points: points, lanes: tickvals.length, range: ya.range};
+"""
 
 
 def free_port() -> int:
@@ -38,6 +113,7 @@ class Server:
         from werkzeug.serving import make_server
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log lines
+        self.app = app
         self.port = free_port()
         self.httpd = make_server("127.0.0.1", self.port, app.server, threaded=True)  # type: ignore[attr-defined]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -61,7 +137,7 @@ def make_driver():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
+def browser() -> Iterator[Any]:
     if not CHROMIUM or not CHROMEDRIVER:
         pytest.skip("needs chromium and chromedriver on PATH (apt-get install chromium chromium-driver)")
     driver = make_driver()
@@ -70,132 +146,276 @@ def browser() -> Iterator[object]:
     driver.quit()
 
 
+def _finding(**fields: Any) -> Any:
+    from commprof.analyzers.findings import Finding
+
+    base = {"id": "straggler", "key": "straggler:rank13", "severity": "high", "title": "Rank 13 is a straggler",
+            "detail": "Its DP peers wait for it at every gradient all-reduce.", "action": "Look at rank 13's GPU.",
+            "saving_ns_per_step": 1_500_000, "saving_model": "the wait it causes", "ranks": (5, 13),
+            "pgs": ("8",), "dimension": "dp", "tier": "ib", "steps": (1,)}
+    return Finding(**{**base, **fields})
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     import commprof
+    from commprof.cli import main
     from commprof.dashboard import create_app
-    from commprof.synth_run import make_run
+    from commprof.dashboard.cache import RunCache
 
     root = tmp_path_factory.mktemp("dash")
-    sample = root / "sample"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "gloo_4rank_profiler", sample,
-                    ignore=shutil.ignore_patterns("tables"))
-    synth = make_run(root / "synth16", ranks=16, steps=3, layout=(4, 2, 2))
-    runs = {"sample": commprof.open_run(sample), "synth16": commprof.open_run(synth)}
-    srv = Server(create_app(runs))
+    for name in ("tp2_pp2_dp2", "synth_2x8_tp8_dp2"):
+        shutil.copytree(ROOT / "sample_traces" / name, root / name, ignore=shutil.ignore_patterns("tables"))
+    from click.testing import CliRunner
+
+    made = CliRunner().invoke(main, ["synth", str(root / "s64"), "--nodes", "8", "--gpus-per-node", "8", "--layout",
+                                     "tp=8,dp=8", "--steps", "2", "--straggler", "13", "--seed", "1"])
+    assert made.exit_code == 0, made.output
+    runs = {"pp": commprof.open_run(root / "tp2_pp2_dp2"), "synth": commprof.open_run(root / "synth_2x8_tp8_dp2"),
+            "s64": commprof.open_run(root / "s64")}
+    cache = RunCache(runs)
+    # the 64-rank run carries a finding whatever the rules decide, so that its links can be followed
+    a = cache.analysis("s64")
+    dp_group = a.process_groups.filter(a.process_groups["ranks"].list.contains(13) &
+                                       (a.process_groups["dimension"] == "dp"))["pg"][0]
+    cache._analyses["s64"] = dataclasses.replace(a, findings=(_finding(pgs=(str(dp_group),)), *a.findings),
+                                                 findings_computed=True)
+    srv = Server(create_app(runs, cache))
     yield srv
     srv.stop()
 
 
-def wait_for(driver, css: str, timeout: float = 15.0, text: str | None = None):  # type: ignore[no-untyped-def]
+def wait_for(driver: Any, css: str, timeout: float = 20.0, text: str | None = None) -> Any:
     from selenium.webdriver.common.by import By
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = driver.find_elements(By.CSS_SELECTOR, css)
         if found and (text is None or any(text in f.text for f in found)):
-            return found[0]
+            return next(f for f in found if text is None or text in f.text)
         time.sleep(0.1)
     raise AssertionError(f"{css!r}{' with ' + repr(text) if text else ''} did not appear in {timeout}s")
 
 
-def wait_plot(driver, graph_id: str, timeout: float = 15.0) -> int:  # type: ignore[no-untyped-def]
+def wait_plot(driver: Any, graph_id: str, timeout: float = 20.0) -> int:
     """Wait until the graph has drawn traces; returns how many."""
     deadline = time.monotonic() + timeout
     script = (f"var g = document.querySelector('#{graph_id} .js-plotly-plot');"
-              "return g && g.data ? g.data.length : -1;")
+              "return g && g.data && g._fullLayout ? g.data.length : -1;")
     while time.monotonic() < deadline:
         n = driver.execute_script(script)
         if n is not None and n > 0:
+            time.sleep(0.3)  # let plotly finish drawing its labels
             return int(n)
         time.sleep(0.1)
     raise AssertionError(f"graph #{graph_id} drew no traces in {timeout}s")
 
 
-def console_errors(driver) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+def console_errors(driver: Any) -> list[dict[str, object]]:
     return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
-def shot(driver, name: str) -> None:  # type: ignore[no-untyped-def]
+def shot(driver: Any, name: str) -> None:
+    """A full-page screenshot (the window grows to the page's height for it)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    driver.set_window_size(1400, min(max(height, 1000), 7000))
+    time.sleep(0.3)
     driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    driver.set_window_size(1400, 1000)
 
 
-@pytest.mark.parametrize("run", ["sample", "synth16"])
-def test_every_page_renders(browser, server: Server, run: str) -> None:  # type: ignore[no-untyped-def]
-    graphs = {"overview": ids.OVERVIEW_BREAKDOWN, "timeline": ids.TIMELINE_GRAPH,
-              "collectives": ids.COLL_SCATTER, "topology": ids.TOPO_GRAPH, "skew": ids.SKEW_HEATMAP}
+def check_layout(driver: Any, where: str) -> None:
+    found = driver.execute_script(LAYOUT_JS)
+    assert found["overlaps"] == [], f"{where}: overlapping text {found['overlaps'][:6]}"
+    assert found["clipped"] == [], f"{where}: clipped text {found['clipped'][:6]}"
+    canvases = driver.execute_script(CANVAS_JS)
+    assert all(w <= 8192 and h <= 8192 for w, h in canvases), f"{where}: canvas {canvases}"
+
+
+def check_lanes(driver: Any, where: str) -> dict[str, Any]:
+    lanes = driver.execute_script(LANES_JS % ids.TIMELINE_GRAPH)
+    assert lanes["bad"] == [], f"{where}: {lanes['bad']}"
+    assert lanes["points"] > 0 and lanes["range"] == [lanes["lanes"] - 0.5, -0.5]
+    return dict(lanes)
+
+
+@pytest.mark.parametrize("run", ["pp", "synth", "s64"])
+def test_every_page_reads_well(browser: Any, server: Server, run: str) -> None:
     console_errors(browser)  # drain
-    for page, graph in graphs.items():
+    for page, graph in PAGES.items():
         browser.get(f"{server.url}/run/{run}/{page}")
         assert wait_plot(browser, graph) > 0
+        if page == "timeline":
+            wait_for(browser, f"#{ids.TIMELINE_INFO}", text="segments")
+            check_lanes(browser, f"{run}/{page}")
+        check_layout(browser, f"{run}/{page}")
         shot(browser, f"{run}-{page}")
-    facts = browser.get(f"{server.url}/run/{run}/overview") or wait_for(browser, f"#{ids.OVERVIEW_FACTS}")
-    assert "world size" in facts.text
+    browser.get(f"{server.url}/run/{run}/overview")
+    wait_plot(browser, ids.OVERVIEW_BREAKDOWN)
+    assert "step time" in wait_for(browser, f"#{ids.OVERVIEW_HEADLINE}").text.lower()
+    assert wait_for(browser, f"#{ids.OVERVIEW_FINDINGS}").text
+    assert "world size" in wait_for(browser, f"#{ids.OVERVIEW_FACTS}").text
+    table = wait_for(browser, f"#{ids.OVERVIEW_DIM_TIER}").text
+    assert "exposed ms/step" in table and "bytes/step" in table
     assert console_errors(browser) == []
 
 
-def test_timeline_step_and_zoom(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+def test_findings_link_to_their_evidence(browser: Any, server: Server) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server.url}/run/s64/overview")
+    finding = wait_for(browser, f"#{ids.OVERVIEW_FINDINGS} .finding", text="Rank 13 is a straggler")
+    assert "could save ~1.50 ms per step" in finding.text and "What to change" in finding.text
+    finding.find_element(By.PARTIAL_LINK_TEXT, "timeline of 2 rank(s)").click()
+    wait_for(browser, f"#{ids.TIMELINE_INFO}", text="2 rank(s)")
+    assert "/run/s64/timeline?" in browser.current_url
+    assert state.parse_query(browser.current_url.split("?")[1]) == {"ranks": "5,13", "step": "1"}
+    assert "window" in browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text
+    check_lanes(browser, "finding -> timeline")
+    browser.back()
+    finding = wait_for(browser, f"#{ids.OVERVIEW_FINDINGS} .finding", text="Rank 13")
+    finding.find_element(By.PARTIAL_LINK_TEXT, "its collectives").click()
+    wait_plot(browser, ids.COLL_SCATTER)
+    wait_for(browser, f"#{ids.COLL_TABLE} td[data-dash-column=dimension]", text="dp")
+    column = f"#{ids.COLL_TABLE} td[data-dash-column=%s]"
+    dims = {td.text for td in browser.find_elements(By.CSS_SELECTOR, column % "dimension")}
+    tiers = {td.text for td in browser.find_elements(By.CSS_SELECTOR, column % "tier")}
+    assert dims == {"dp"} and tiers == {"ib"}
+    shot(browser, "s64-finding-collectives")
+    assert console_errors(browser) == []
+
+
+def test_table_and_figure_drill_downs(browser: Any, server: Server) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server.url}/run/synth/overview")
+    wait_plot(browser, ids.OVERVIEW_BREAKDOWN)
+    wait_for(browser, f"#{ids.OVERVIEW_DIM_TIER} a", text="tp").click()  # the dimension x tier table's "tp"
+    wait_for(browser, f"#{ids.COLL_TABLE} td[data-dash-column=dimension]", text="tp")
+    assert {td.text for td in browser.find_elements(
+        By.CSS_SELECTOR, f"#{ids.COLL_TABLE} td[data-dash-column=dimension]")} == {"tp"}
+    assert "dimension=tp" in browser.current_url
+    # a group's name in the table opens the timeline of its ranks
+    link = wait_for(browser, f"#{ids.COLL_TABLE} td[data-dash-column=group_link] a")
+    link.click()
+    info = wait_for(browser, f"#{ids.TIMELINE_INFO}", text="8 rank(s)")
+    assert "ranks=0-7" in browser.current_url or "ranks=8-15" in browser.current_url, (browser.current_url, info.text)
+    # a rank's bar in the breakdown opens its timeline
+    browser.get(f"{server.url}/run/synth/overview")
+    wait_plot(browser, ids.OVERVIEW_BREAKDOWN)
+    bars = browser.find_elements(By.CSS_SELECTOR, f"#{ids.OVERVIEW_BREAKDOWN} .trace.bars .point path")
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser).move_to_element(bars[5]).click().perform()  # the compute trace's 6th bar: rank 5
+    wait_for(browser, f"#{ids.TIMELINE_INFO}", text="1 rank(s)")
+    assert browser.current_url.endswith("/run/synth/timeline?ranks=5")
+    assert console_errors(browser) == []
+
+
+def test_timeline_state_lives_in_the_url(browser: Any, server: Server) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{server.url}/run/synth16/timeline")
+    browser.get(f"{server.url}/run/synth/timeline?ranks=4-6")
     wait_plot(browser, ids.TIMELINE_GRAPH)
-    info = wait_for(browser, f"#{ids.TIMELINE_INFO}", text="segments")
-    whole = info.text
-    # pick step 1 from the dropdown
+    whole = wait_for(browser, f"#{ids.TIMELINE_INFO}", text="3 rank(s)").text
     browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_STEP}").click()
-    option = wait_for(browser, "[role=option]", text="step 1")
     for opt in browser.find_elements(By.CSS_SELECTOR, "[role=option]"):
         if opt.text.strip() == "step 1":
-            option = opt
-    option.click()
-    wait_for(browser, f"#{ids.TIMELINE_INFO}", text="window 2.000 ms")
-    assert whole != browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text
-    shot(browser, "synth16-timeline-step1")
-    # drag-zoom on the plot area: the window shrinks and the server re-aggregates
+            opt.click()
+            break
+    deadline = time.monotonic() + 10
+    while "step=1" not in browser.current_url and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "step=1" in browser.current_url and "ranks=4-6" in browser.current_url
+    while browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text == whole and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stepped = browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text
+    assert stepped != whole
+    time.sleep(0.5)
     drag = browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_GRAPH} .nsewdrag")
     w = drag.size["width"]
     ActionChains(browser).move_to_element(drag).click_and_hold().move_by_offset(w // 4, 0).move_by_offset(
         w // 8, 0).release().perform()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        text = browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text
-        if "window 2.000 ms" not in text and "window" in text:
-            break
+    while "t0=" not in browser.current_url and time.monotonic() < deadline:
         time.sleep(0.1)
-    window_ms = float(text.split("window ")[1].split(" ms")[0])
-    assert 0.2 < window_ms < 1.0, text
-    shot(browser, "synth16-timeline-zoomed")
+    assert "t0=" in browser.current_url and "t1=" in browser.current_url
+    zoomed = browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text
+    assert zoomed != stepped
+    url = browser.current_url
+    browser.get(url)  # a reload (or a shared link) shows the same view
+    wait_plot(browser, ids.TIMELINE_GRAPH)
+    assert wait_for(browser, f"#{ids.TIMELINE_INFO}", text="3 rank(s)").text.split("window ")[1] == \
+        zoomed.split("window ")[1]
+    check_lanes(browser, "zoomed timeline")
+    shot(browser, "synth-timeline-zoomed")
     assert console_errors(browser) == []
 
 
-def test_collectives_filter(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+def test_index_compare_download_and_messages(browser: Any, server: Server) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
 
-    browser.get(f"{server.url}/run/synth16/collectives")
-    wait_plot(browser, ids.COLL_SCATTER)
-    rows_before = len(browser.find_elements(By.CSS_SELECTOR, f"#{ids.COLL_TABLE} tbody tr"))
-    cell = wait_for(browser, f"#{ids.COLL_TABLE} th.dash-filter[data-dash-column=op] input")
-    cell.send_keys("send" + Keys.ENTER)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        ops = [td.text for td in browser.find_elements(By.CSS_SELECTOR, f"#{ids.COLL_TABLE} td[data-dash-column=op]")]
-        if ops and set(ops) == {"send"}:
-            break
-        time.sleep(0.1)
-    assert ops and set(ops) == {"send"}, ops
-    assert rows_before > len(ops)
-    shot(browser, "synth16-collectives-filtered")
-    assert console_errors(browser) == []
-
-
-def test_compare_and_messages(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
-    browser.get(f"{server.url}/compare")
+    browser.get(f"{server.url}/")
+    index = wait_for(browser, f"#{ids.INDEX_TABLE}")
+    assert len(index.find_elements(By.CSS_SELECTOR, "tbody tr")) == 3
+    check_layout(browser, "index")
+    shot(browser, "index")
+    browser.get(f"{server.url}/compare?a=pp&b=synth")
     assert wait_plot(browser, ids.COMPARE_GRAPH) == 2
-    wait_for(browser, f"#{ids.COMPARE_TABLE}", text="step time")
+    wait_for(browser, f"#{ids.COMPARE_TABLE}", text="overlap")
+    assert "Not like for like" in wait_for(browser, f"#{ids.COMPARE_NOTE}", text="like").text
+    check_layout(browser, "compare")
     shot(browser, "compare")
+    link = browser.find_element(By.ID, ids.PERFETTO_LINK) if browser.find_elements(By.ID, ids.PERFETTO_LINK) else None
+    assert link is None  # compare has no single run to export
+    browser.get(f"{server.url}/run/pp/overview")
+    href = wait_for(browser, f"#{ids.PERFETTO_LINK}").get_attribute("href")
+    assert href.endswith("/download/pp/perfetto.json")
     browser.get(f"{server.url}/run/..%2F..%2Fetc/overview")
     assert "No run named" in wait_for(browser, f"#{ids.MESSAGE}").text
     assert console_errors(browser) == []
+
+
+@pytest.mark.slow
+def test_256_ranks(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every page renders at 256 ranks; bars on their lanes with every rank drawn (the timeline's cap is 128:
+    the first 128 of "all ranks"); heatmaps rolled up to hosts; no canvas beyond 8192 px."""
+    from click.testing import CliRunner
+
+    import commprof
+    from commprof.cli import main
+    from commprof.dashboard import create_app
+
+    out = tmp_path_factory.mktemp("s256") / "s256"
+    made = CliRunner().invoke(main, ["synth", str(out), "--nodes", "32", "--gpus-per-node", "8", "--layout",
+                                     "tp=8,dp=32", "--steps", "1", "--straggler", "13", "--layers", "2",
+                                     "--micro-batches", "2"])
+    assert made.exit_code == 0, made.output
+    srv = Server(create_app({"s256": commprof.open_run(out)}))
+    try:
+        console_errors(browser)
+        for page, graph in PAGES.items():
+            browser.get(f"{srv.url}/run/s256/{page}")
+            assert wait_plot(browser, graph, timeout=60) > 0
+            if page == "timeline":
+                wait_for(browser, f"#{ids.TIMELINE_INFO}", text="segments", timeout=60)
+                check_lanes(browser, "s256 default ranks")
+            check_layout(browser, f"s256/{page}")
+            shot(browser, f"s256-{page}")
+        browser.get(f"{srv.url}/run/s256/timeline?ranks=0-255")
+        wait_plot(browser, ids.TIMELINE_GRAPH, timeout=60)
+        wait_for(browser, f"#{ids.TIMELINE_INFO}", text="128 rank(s)", timeout=60)
+        assert "the first 128 are drawn" in wait_for(browser, f"#{ids.TIMELINE_MESSAGE}").text
+        assert check_lanes(browser, "s256 all ranks")["lanes"] == 256
+        check_layout(browser, "s256 all ranks")
+        shot(browser, "s256-timeline-all")
+        browser.get(f"{srv.url}/run/s256/topology")
+        wait_plot(browser, ids.TOPO_TRAFFIC, timeout=60)
+        size = browser.execute_script(f"return document.querySelector('#{ids.TOPO_TRAFFIC} .js-plotly-plot').data[0]"
+                                      ".z.length")
+        assert size == 32  # host x host
+        assert console_errors(browser) == []
+    finally:
+        srv.stop()

@@ -30,8 +30,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "16-a2a-s7": ("alltoall_imbalance", {**EP16, "seed": 7}, {"alltoall_imbalance": 3.0}, {}),
     "64-straggler-s8": ("straggler", {**N64, "seed": 8}, {"straggler": 37, "straggler_us": 5000}, {}),
     "64-tp-across-s9": ("tp_across_nodes", {**N64, "seed": 9}, {"tp_across_nodes": True}, {}),
-    # not at 64 ranks: there the 8-way DP sync is longer than the backward it could hide behind, and the
-    # overlap model (all but the last call hidden) claims 57.5 ms where regeneration saves 31.2 ms (seed 10)
+    "64-dp-off-s10": ("dp_sync_exposed", {**N64, "seed": 10}, {"dp_overlap": False}, {}),  # sync > backward
     "64-socket-s11": ("nccl_socket_fallback", {**N64, "seed": 11}, {"socket_fallback": True}, {}),
 }
 

@@ -258,3 +258,37 @@ def test_a_small_run_starts_no_worker_by_default(runs: dict[str, Path], tmp_path
     pool = LocalPool()
     commprof.analyze(commprof.open_run(runs["tp2_pp2_dp2"], cache_dir=tmp_path, runner=pool), runner=pool)
     assert pool.describe() == "in process"
+
+
+def test_the_analysis_never_holds_every_ranks_intervals(runs: dict[str, Path], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rank's task reads its own file, only the columns the analysis uses; nothing concatenates
+    the run's intervals (RunTables.intervals is for views that draw a few ranks)."""
+    from commprof.analyzers import overlap
+    from commprof.ingest.tables import RunTables
+
+    run = commprof.open_run(runs["synth64"], cache_dir=tmp_path, runner=InProcess())
+    reads: list[tuple[int, tuple[str, ...]]] = []
+    real = overlap.read_rank_intervals
+
+    def spy(rank: int, path: Path, columns: Any = None) -> pl.DataFrame:
+        frame = real(rank, path, columns)
+        reads.append((rank, tuple(frame.columns)))
+        return frame
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise AssertionError("the analysis read every rank's intervals at once")
+
+    monkeypatch.setattr(overlap, "read_rank_intervals", spy)
+    monkeypatch.setattr(RunTables, "intervals", refuse)
+    commprof.analyze(run, runner=InProcess())
+    assert sorted(r for r, _ in reads) == list(range(64))
+    assert {cols for _, cols in reads} == {overlap.INTERVAL_COLUMNS}
+
+
+def test_intervals_of_a_few_ranks_read_only_their_files(runs: dict[str, Path], tmp_path: Path) -> None:
+    tables = commprof.open_run(runs["synth64"], cache_dir=tmp_path, runner=InProcess()).tables()
+    some = tables.intervals([3, 40], columns=["rank", "start_ns", "end_ns"])
+    assert some.columns == ["rank", "start_ns", "end_ns"]
+    assert sorted(some["rank"].unique().to_list()) == [3, 40]
+    assert some.height == sum(f.height for r, f in tables.rank_intervals(ranks={3, 40}))

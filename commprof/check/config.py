@@ -24,6 +24,7 @@ directory; the ``[tool.commprof]`` table of ``pyproject.toml`` there. Flags over
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -139,6 +140,8 @@ def _value(kind: str, key: str, value: Any, source: _Source) -> Any:
                 raise source.error(f"{key} must be a number, not {value!r}", key) from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise source.error(f"{key} must be a number, not {value!r}", key)
+        if not math.isfinite(value):  # NaN compares false with everything: a NaN limit would pass any run
+            raise source.error(f"{key} must be a finite number, not {value}", key)
         if value < 0:
             raise source.error(f"{key} must not be negative ({value})", key)
         return float(value)
@@ -195,7 +198,7 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], str]:
         raise ConfigError(f"cannot read the config: {getattr(err, 'strerror', None) or err}", path) from None
     try:
         return tomllib.loads(text), text
-    except tomllib.TOMLDecodeError as err:
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as err:
         raise ConfigError(f"not valid TOML: {err}", path) from None
 
 

@@ -3,12 +3,12 @@ or a ``check --format json`` report (which embeds the analyze report)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from commprof.check.report_shape import read_json, validate
 from commprof.errors import InputError
 from commprof.report.analysis_json import SCHEMA_VERSION as ANALYZE_SCHEMA_VERSION
 
@@ -45,12 +45,7 @@ def is_report_file(path: Path) -> bool:
 
 def read_report(path: Path) -> Loaded:
     """An analyze or check JSON report; another schema version is an error (exit 2)."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read the report: {err}", path) from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"not valid JSON: {err.msg}", path, f"line {err.lineno}, column {err.colno}") from None
+    doc = read_json(path)
     if not isinstance(doc, dict) or "schema_version" not in doc:
         raise InputError("not a commprof report (no schema_version)", path)
     if doc.get("format") == CHECK_FORMAT:
@@ -68,6 +63,7 @@ def read_report(path: Path) -> Loaded:
     for key in ("totals", "ranks", "process_groups", "collectives_summary", "dimensions", "tiers", "skew"):
         if key not in doc:
             raise InputError(f"not a commprof analyze report (no {key!r})", path)
+    validate(doc, path)
     return Loaded(str(path), doc)
 
 

@@ -10,6 +10,7 @@ import click
 
 import commprof
 from commprof.cli.common import (
+    allow_partial_option,
     open_run_with_progress,
     output_options,
     parse_ranks,
@@ -43,10 +44,11 @@ from commprof.cli.common import (
               help="Estimate step time after a change, keeping compute as measured: TIER=GB/s (ib=25), "
                    "DIM:TIER (tp:nvlink), overlap:DIM (overlap:dp) or straggler:off; repeat to combine.")
 @runner_options
+@allow_partial_option
 @output_options
 def analyze(path: str, hta_compat: bool, top: int, workers: int | None, scheduler: str | None, ranks: str | None,
             layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
-            what_if: tuple[str, ...], fmt: str,
+            what_if: tuple[str, ...], allow_partial: bool, fmt: str,
             output: Path | None) -> None:
     """Analyze a run directory, a folder of Kineto traces or one trace file."""
     from commprof.analyzers.classify import parse_layout
@@ -64,7 +66,8 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
     )
     subset = parse_ranks(ranks)
     with work_session(workers, scheduler) as (runner, progress):
-        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset)
+        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
+                                     allow_partial=allow_partial)
         analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
     report = analysis_json.build(analysis)
     if fmt == "json":

@@ -3,15 +3,37 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from commprof.cli.common import write_output
+from commprof.cli.common import allow_partial_option, write_output
 
 FORMATS = ("text", "json", "markdown", "junit")
+
+
+class Limit(click.ParamType[float, Any]):
+    """A threshold: a finite number >= 0. (click's FloatRange lets NaN through, and a NaN limit passes
+    every run: NaN compares false with everything.)"""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if number < 0:
+            self.fail(f"{value!r} is negative; a limit is 0 or more", param, ctx)
+        return number
+
+
+LIMIT = Limit()
 
 
 def _percent(value: str | None) -> float | None:
@@ -22,6 +44,8 @@ def _percent(value: str | None) -> float | None:
         number = float(text)
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a percentage such as 10% or 10") from None
+    if not math.isfinite(number):
+        raise click.BadParameter(f"{value!r} is not a finite percentage")
     if number < 0:
         raise click.BadParameter("must not be negative")
     return number
@@ -45,9 +69,9 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
               help="TOML rules (default: ./commprof.toml, else [tool.commprof] in ./pyproject.toml).")
-@click.option("--max-exposed-comm-pct", type=click.FloatRange(0), help="Exposed comm share of step time, per rank.")
-@click.option("--max-exposed-ms-per-step", type=click.FloatRange(0), help="Exposed comm ms per step, per rank.")
-@click.option("--max-straggler-wait-ms", type=click.FloatRange(0),
+@click.option("--max-exposed-comm-pct", type=LIMIT, help="Exposed comm share of step time, per rank.")
+@click.option("--max-exposed-ms-per-step", type=LIMIT, help="Exposed comm ms per step, per rank.")
+@click.option("--max-straggler-wait-ms", type=LIMIT,
               help="Longest wait of a rank for the last rank to start the same collective.")
 @click.option("--fail-on-findings", type=click.Choice(["info", "low", "medium", "high", "critical"]),
               help="Fail on any finding at or above this severity.")
@@ -57,7 +81,7 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
 @click.option("--baseline", type=click.Path(path_type=str),
               help="An analyze or check JSON report (or a run) to gate regressions against.")
 @click.option("--max-regression", help="Allowed growth of step time and exposed comm vs the baseline [10%].")
-@click.option("--noise-floor-ms", type=click.FloatRange(0),
+@click.option("--noise-floor-ms", type=LIMIT,
               help="Changes smaller than this never fail the baseline gate [0.5].")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
@@ -68,11 +92,12 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report here (usable later as --baseline).")
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None, help="Processes that parse traces.")
+@allow_partial_option
 def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | None,
           max_exposed_ms_per_step: float | None, max_straggler_wait_ms: float | None,
           fail_on_findings: str | None, rules: tuple[str, ...], baseline: str | None, max_regression: str | None,
           noise_floor_ms: float | None, fmt: str, output: Path | None, junit_path: Path | None,
-          markdown_path: Path | None, json_path: Path | None, jobs: int | None) -> None:
+          markdown_path: Path | None, json_path: Path | None, jobs: int | None, allow_partial: bool) -> None:
     """Check a run (or an analyze/check JSON report) against thresholds and a baseline."""
     from commprof.check import evaluate, inputs, load_config, render
     from commprof.check.config import parse_override
@@ -91,7 +116,7 @@ def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | Non
     from commprof.cli.common import open_run_with_progress
 
     def opener(p: str) -> Any:
-        return open_run_with_progress(p, jobs)
+        return open_run_with_progress(p, jobs, allow_partial=allow_partial)
 
     settings = AnalysisSettings(peaks=config.peak_overrides())
     base = inputs.load(config.baseline, opener, settings=settings) if config.baseline else None

@@ -102,15 +102,21 @@ def work_session(workers: int | None = None, scheduler: str | None = None) -> It
             yield runner, bar
 
 
+def allow_partial_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--allow-partial", is_flag=True,
+                        help="Analyze what is readable of a trace damaged inside (not just cut short at its end): "
+                             "the damage becomes a warning instead of an error.")(f)
+
+
 def open_run_with_progress(path: str, jobs: int | None = None, *, runner: Any = None, progress: Any = None,
-                           ranks: list[int] | None = None) -> Any:
+                           ranks: list[int] | None = None, allow_partial: bool = False) -> Any:
     """Open a run, with a progress bar on stderr while traces are parsed (only on a terminal)."""
     from commprof.run import open_run
 
     if runner is not None:
-        return open_run(path, runner=runner, progress=progress, ranks=ranks)
+        return open_run(path, runner=runner, progress=progress, ranks=ranks, allow_partial=allow_partial)
     with work_session(jobs) as (own, bar):
-        return open_run(path, runner=own, progress=bar, ranks=ranks)
+        return open_run(path, runner=own, progress=bar, ranks=ranks, allow_partial=allow_partial)
 
 
 def write_output(text: str, output: Path | None) -> None:

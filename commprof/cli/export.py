@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 import commprof
+from commprof.cli.common import allow_partial_option
 
 
 @click.command()
@@ -17,7 +18,8 @@ import commprof
 @click.option("--split-ranks", "split_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Also write one Kineto-style trace per rank into this folder (readable by commprof).")
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None, help="Processes that parse traces.")
-def export(path: str, perfetto_path: Path, split_dir: Path | None, jobs: int | None) -> None:
+@allow_partial_option
+def export(path: str, perfetto_path: Path, split_dir: Path | None, jobs: int | None, allow_partial: bool) -> None:
     """Export a run as one trace: a process per rank, collectives annotated with dimension, tier, bytes,
     busbw and exposed time, an exposed-comm track and counter per rank."""
     from commprof.cli.common import open_run_with_progress
@@ -25,7 +27,7 @@ def export(path: str, perfetto_path: Path, split_dir: Path | None, jobs: int | N
     from commprof.export import perfetto
     from commprof.ingest.exports import split_by_rank
 
-    run = open_run_with_progress(path, jobs)
+    run = open_run_with_progress(path, jobs, allow_partial=allow_partial)
     trace = perfetto.build(commprof.analyze(run))
     try:
         if str(perfetto_path) == "-":

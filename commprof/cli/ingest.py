@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import click
 
-from commprof.cli.common import open_run_with_progress
+from commprof.cli.common import allow_partial_option, open_run_with_progress, parse_ranks, runner_options, work_session
 
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=str))
-@click.option("-j", "--jobs", type=click.IntRange(1), default=None,
-              help="Processes that parse traces in parallel (default: one per core).")
-def ingest(path: str, jobs: int | None) -> None:
+@runner_options
+@allow_partial_option
+def ingest(path: str, workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool) -> None:
     """Parse a run's traces into its tables/ cache and say what was found."""
-    run = open_run_with_progress(path, jobs)
+    subset = parse_ranks(ranks)
+    with work_session(workers, scheduler) as (runner, progress):
+        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
+                                     allow_partial=allow_partial)
+        where = runner.describe()
     ing = run.ingested
     click.echo(
-        f"{run.path}: {len(run.rank_files)} trace(s), {ing.parsed} parsed, "
-        f"{len(run.rank_files) - ing.parsed} from cache; tables in {ing.cache}"
+        f"{run.path}: {len(run.rank_files)} trace(s), {ing.parsed} parsed, {len(ing.entries) - ing.parsed} from cache"
+        + (f", {len(ing.failures)} unreadable" if ing.failures else "")
+        + (f", {ing.left_out} left out (--ranks)" if ing.left_out else "")
+        + (f"; parsed {where}" if ing.parsed else "") + f"; tables in {ing.cache}"
     )
     for warning in run.warnings:
         click.echo(f"warning: {warning}", err=True)

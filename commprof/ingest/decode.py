@@ -7,7 +7,7 @@ into dicts on a 54 MB trace, and far less memory); see the README's "Why msgspec
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -64,7 +64,8 @@ _args_decoder = msgspec.json.Decoder(Args)
 
 
 class _Correlation(msgspec.Struct, gc=False):
-    correlation: int | None = None
+    # bounded here, at C speed: a correlation past int64 fails the decode and reads as missing
+    correlation: Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)] | None = None
 
 
 _correlation_decoder = msgspec.json.Decoder(_Correlation)

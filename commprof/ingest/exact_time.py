@@ -23,7 +23,8 @@ Mask = npt.NDArray[np.bool_]
 
 def to_ns(values: Sequence[Any]) -> tuple[I64, Mask]:
     """ns of each µs value (int, float-literal text, numeric string or float) and which were numbers.
-    Invalid entries (None, bools, text that is not a number) read 0 with ``valid`` False."""
+    Invalid entries (None, bools, text that is not a number, beyond ``MAX_NS``) read 0 with ``valid``
+    False."""
     if len(values) == 0:
         return np.empty(0, np.int64), np.empty(0, np.bool_)
     if type(values[0]) is int:  # whole µs, the common case: one numpy call, no polars allocation
@@ -47,8 +48,10 @@ def to_ns(values: Sequence[Any]) -> tuple[I64, Mask]:
 # text: ~1.7 µs a value in Python against ~1.4 ms + 0.4 µs a value in polars; even at ~1,000 values);
 # a trace has several such columns per rank, and small ranks are many in a large job.
 SMALL = 1000
-MAX_NS = 2**63 - 1
-MAX_US = MAX_NS // 1000 - 1  # the largest whole µs whose ns (with any fraction) fits an int64
+# |ns| of a time or duration that commprof accepts (~73 years): sums of a base, a start and a duration
+# stay inside int64, so no figure can wrap around
+MAX_NS = 2**61 - 1
+MAX_US = MAX_NS // 1000 - 1  # the largest whole µs whose ns (with any fraction) is within MAX_NS
 
 
 def _small(values: Sequence[Any]) -> tuple[I64, Mask]:
@@ -89,9 +92,12 @@ def base_ns(value: Any) -> int:
     if value is None or isinstance(value, bool):
         return 0
     if isinstance(value, int):
-        return value
+        return value if abs(value) <= MAX_NS else 0
     try:
-        return int(Decimal(str(value)).to_integral_value(ROUND_HALF_UP))
+        exact = Decimal(str(value))
+        if not exact.is_finite() or abs(exact) > MAX_NS:
+            return 0
+        return int(exact.to_integral_value(ROUND_HALF_UP))
     except (InvalidOperation, ValueError, OverflowError):
         return 0
 
@@ -135,6 +141,6 @@ def _decimal_ns(text: str) -> int | None:
         value = Decimal(text.strip()) * 1000
     except InvalidOperation:
         return None
-    if not value.is_finite() or abs(value) >= 2**63:
+    if not value.is_finite() or abs(value) > MAX_NS:
         return None
     return int(value.to_integral_value(ROUND_HALF_UP))

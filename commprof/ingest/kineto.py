@@ -17,8 +17,9 @@ from commprof.ingest import names
 from commprof.ingest.decode import NULL, Args, Event, decode_args, decode_correlation
 from commprof.ingest.exact_time import base_ns as exact_base_ns
 from commprof.ingest.exact_time import to_ns
-from commprof.ingest.kineto_comm import COMM_FIELDS, CallOps, as_int, comm_fields, process_groups
+from commprof.ingest.kineto_comm import COMM_FIELDS, MAX_RANK, CallOps, as_int, bounded_int, comm_fields, process_groups
 from commprof.ingest.kineto_cpu import cpu_tables
+from commprof.ingest.plausible import describe, implausible, reference
 from commprof.ingest.schema import COLLECTIVES, INTERVALS, STEP_MARKS
 from commprof.ingest.stream import stream_events
 
@@ -46,6 +47,7 @@ class RankTrace:
     process_groups: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     rank_source: str | None = None
+    corrupt: str | None = None  # damage inside the text (see StreamResult.corrupt)
 
     def with_rank(self, rank: int) -> RankTrace:
         self.rank = rank
@@ -58,7 +60,7 @@ class RankTrace:
 
 def rank_from_file_name(path: str) -> int | None:
     match = _RANK_IN_FILE_NAME.search(Path(path).name)
-    return int(match.group(1)) if match else None
+    return bounded_int(match.group(1), 0, MAX_RANK) if match and len(match.group(1)) < 9 else None
 
 
 def _strip_raw(args: Args) -> Args:
@@ -250,14 +252,22 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
         more = f"; and {len(scan.bad) - 3} other kinds" if len(scan.bad) > 3 else ""
         warnings.append(f"{label}: skipped {sum(scan.bad.values())} device events: {shown}{more}")
     dist = trace.distributedInfo
-    rank, rank_source = as_int(dist.rank) if dist else None, "distributedInfo"
+    rank, rank_source = bounded_int(dist.rank, 0, MAX_RANK) if dist else None, "distributedInfo"
+    world_size = bounded_int(dist.world_size, 1, MAX_RANK + 1) if dist else None
+    for key, value, kept in (("rank", dist.rank if dist else None, rank),
+                             ("world_size", dist.world_size if dist else None, world_size)):
+        if value is not None and kept is None:
+            warnings.append(f"{label}: distributedInfo.{key} {str(value)[:40]!r} is not a number of ranks; ignored")
+    if trace.baseTimeNanoseconds is not None and base_ns == 0 and trace.baseTimeNanoseconds not in (0, "0"):
+        warnings.append(f"{label}: baseTimeNanoseconds {str(trace.baseTimeNanoseconds)[:40]!r} is not a time; "
+                        "read as 0")
     if rank is None:
         rank, rank_source = rank_from_file_name(label.rsplit("#", 1)[-1] if "#" in label else label), "file name"
     table_rank = rank if rank is not None else 0
     mode = "gpu" if scan.dev_rows else "cpu"
     cpu_pid = _main_pid(scan)
-    sidecar = _pick_sidecar(sidecars, as_int(dist.rank) if dist else None, cpu_pid)
-    step_marks = _step_marks(scan, base_ns, cpu_pid, table_rank)
+    sidecar = _pick_sidecar(sidecars, rank if rank_source == "distributedInfo" else None, cpu_pid)
+    step_marks = _step_marks(scan, base_ns, cpu_pid, table_rank, label, warnings)
     if mode == "gpu":
         intervals, collectives = _gpu_tables(scan, base_ns, table_rank, label, warnings)
     else:
@@ -269,7 +279,7 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
     return RankTrace(
         file=label,
         rank=rank,
-        world_size=as_int(dist.world_size) if dist else None,
+        world_size=world_size,
         backend=dist.backend if dist else None,
         host=trace.host_name,
         pid=as_int(cpu_pid),
@@ -282,6 +292,7 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
         process_groups=process_groups(dist, arg_sources, sidecar),
         warnings=warnings,
         rank_source=rank_source if rank is not None else None,
+        corrupt=streamed.corrupt,
     )
 
 
@@ -292,15 +303,29 @@ def _main_pid(scan: _Pass) -> Any:
     return next((row[0] for row in scan.cpu_rows if row[0] not in scan.gpu_pids), None)
 
 
-def _step_marks(scan: _Pass, base_ns: int, pid: Any, rank: int) -> pl.DataFrame:
+def _step_marks(scan: _Pass, base_ns: int, pid: Any, rank: int, label: str, warnings: list[str]) -> pl.DataFrame:
     rows = [scan.cpu_rows[i] for i in scan.step_rows]
     start, start_ok = to_ns([r[4] for r in rows])
     dur, dur_ok = to_ns([r[5] for r in rows])
+    # a step mark far from the trace's other CPU events (ts 0 among epoch times) would make a 56-year step
+    cpu_start, cpu_ok = to_ns([r[4] for r in scan.cpu_rows[:: max(1, len(scan.cpu_rows) // 5000)]])
+    why: Counter[str] = Counter()
+    odd = implausible(start, start + dur, reference(cpu_start[cpu_ok]), why) if rows else np.empty(0, np.bool_)
     seen: dict[int, tuple[int, int]] = {}
+    unreadable = 0
     for j, (row_pid, _, name, _, _, _) in enumerate(rows):
         match = names.PROFILER_STEP.match(name)
-        if row_pid == pid and match and start_ok[j] and dur_ok[j]:
+        if row_pid != pid or not match:
+            continue
+        if not (start_ok[j] and dur_ok[j]) or len(match.group(1)) > 18:
+            unreadable += 1
+        elif not odd[j]:
             seen.setdefault(int(match.group(1)), (int(start[j]) + base_ns, int(start[j] + dur[j]) + base_ns))
+    if unreadable:
+        warnings.append(f"{label}: skipped {unreadable} ProfilerStep marks whose ts, dur or step number is not a "
+                        "number")
+    if why:
+        warnings.append(describe(label, "ProfilerStep marks", why))
     steps = sorted(seen)
     return pl.DataFrame(
         {"rank": [rank] * len(steps), "step": steps, "start_ns": [seen[s][0] for s in steps],
@@ -342,6 +367,8 @@ def _gpu_tables(
     valid = start_ok & dur_ok
     start += base_ns
     end = start + dur_ns
+    why: Counter[str] = Counter()
+    odd = implausible(start, end, reference(start[valid]), why) & valid
     as_array = np.asarray(corr)
     if as_array.dtype.kind == "i" and as_array.ndim == 1:
         correlation = as_array.astype(np.int64, copy=False)
@@ -363,6 +390,10 @@ def _gpu_tables(
     )
     if not valid.all():
         warnings.append(f"{label}: skipped {int((~valid).sum())} device events whose ts or dur is not a number")
+    if why:
+        warnings.append(describe(label, "device events", why))
+        valid &= ~odd
+    if not valid.all():
         intervals = intervals.filter(pl.Series(valid))
     _warn_unclassified(scan, intervals, label, warnings)
     return intervals, _gpu_collectives(scan, rank, label, warnings, start, end, valid, launched, launch_ns,

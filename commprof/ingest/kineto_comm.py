@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import math
 from typing import Any
 
 import polars as pl
@@ -16,22 +17,40 @@ from commprof.ingest.schema import PROCESS_GROUPS
 COMM_FIELDS = ("op", "pg", "bytes", "dtype", "group_size", "peer", "seq", "is_async")
 
 
+INT64_LIMIT = 1 << 63
+
+
 def num(value: object) -> float | None:
+    """A finite number within int64, or None: a field with text, NaN, inf or 400 digits is not a size,
+    a rank or a sequence number (the caller counts it as missing)."""
     if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return float(str(value))
-    except ValueError:
-        return None
+    if isinstance(value, int):
+        return float(value) if -INT64_LIMIT <= value < INT64_LIMIT else None
+    if isinstance(value, float):
+        number = value
+    else:
+        try:
+            number = float(str(value))
+        except (ValueError, OverflowError):
+            return None
+    return number if math.isfinite(number) and -INT64_LIMIT <= number < INT64_LIMIT else None
 
 
 def as_int(value: object) -> int | None:
     if type(value) is int:
-        return value
+        return value if -INT64_LIMIT <= value < INT64_LIMIT else None
     number = num(value)
     return int(number) if number is not None else None
+
+
+MAX_RANK = 1 << 24  # ranks and group sizes are int32 columns; 16 M ranks is beyond any job
+
+
+def bounded_int(value: object, low: int, high: int) -> int | None:
+    """``as_int`` within [low, high), else None."""
+    number = as_int(value)
+    return number if number is not None and low <= number < high else None
 
 
 def parse_ranks(value: object) -> list[int] | None:
@@ -43,7 +62,7 @@ def parse_ranks(value: object) -> list[int] | None:
         except (ValueError, SyntaxError):
             return None
     if isinstance(value, (list, tuple)):
-        out = [as_int(v) for v in value]
+        out = [bounded_int(v, 0, MAX_RANK) for v in value]
         return [v for v in out if v is not None]
     return None
 
@@ -66,11 +85,14 @@ def comm_fields(args: Args | None, fallback: Args | None) -> dict[str, Any]:
 
     dtype = pick("dtype")
     size = names.dtype_size(dtype)
-    nelems = [n for n in (as_int(pick("in_nelems")), as_int(pick("out_nelems"))) if n is not None]
+    nelems = [n for n in (bounded_int(pick("in_nelems"), 0, INT64_LIMIT),
+                          bounded_int(pick("out_nelems"), 0, INT64_LIMIT)) if n is not None]
     nbytes = max(nelems) * size if nelems and size else None
-    peer = as_int(pick("dst_rank"))
+    if nbytes is not None and nbytes >= INT64_LIMIT:
+        nbytes = None
+    peer = bounded_int(pick("dst_rank"), 0, MAX_RANK)
     if peer is None:
-        peer = as_int(pick("src_rank"))
+        peer = bounded_int(pick("src_rank"), 0, MAX_RANK)
     pg = pick("pg_name")
     is_async = pick("is_async")
     return {
@@ -78,9 +100,9 @@ def comm_fields(args: Args | None, fallback: Args | None) -> dict[str, Any]:
         "pg": str(pg) if pg is not None else None,
         "bytes": nbytes,
         "dtype": dtype,
-        "group_size": as_int(pick("group_size")),
+        "group_size": bounded_int(pick("group_size"), 1, MAX_RANK),
         "peer": peer,
-        "seq": as_int(pick("seq")),
+        "seq": bounded_int(pick("seq"), 0, INT64_LIMIT),
         "is_async": bool(as_int(is_async)) if is_async is not None else None,
     }
 
@@ -93,7 +115,7 @@ def process_groups(dist: Any, arg_sources: list[Args], sidecar: dict[str, Any] |
         ranks = parse_ranks(group.get("ranks")) or []
         rows[str(group.get("name"))] = {
             "pg": str(group.get("name")), "desc": group.get("desc"), "ranks": ranks,
-            "size": as_int(group.get("size")) or len(ranks) or None, "backend": group.get("backend"),
+            "size": bounded_int(group.get("size"), 1, MAX_RANK) or len(ranks) or None, "backend": group.get("backend"),
         }
     configs = dist.pg_config if dist is not None and dist.pg_config is not None else []
     if isinstance(configs, dict):
@@ -106,7 +128,7 @@ def process_groups(dist: Any, arg_sources: list[Args], sidecar: dict[str, Any] |
             "pg": str(cfg.pg_name),
             "desc": cfg.pg_desc or None,
             "ranks": ranks,
-            "size": as_int(cfg.pg_size) or len(ranks) or None,
+            "size": bounded_int(cfg.pg_size, 1, MAX_RANK) or len(ranks) or None,
             "backend": cfg.backend_config or (dist.backend if dist else None),
         }
     for args in arg_sources:
@@ -117,7 +139,7 @@ def process_groups(dist: Any, arg_sources: list[Args], sidecar: dict[str, Any] |
             "pg": str(args.pg_name),
             "desc": args.pg_desc,
             "ranks": ranks,
-            "size": as_int(args.group_size) or len(ranks) or None,
+            "size": bounded_int(args.group_size, 1, MAX_RANK) or len(ranks) or None,
             "backend": dist.backend if dist else None,
         }
     return pl.DataFrame(list(rows.values()), schema=PROCESS_GROUPS) if rows else pl.DataFrame(schema=PROCESS_GROUPS)

@@ -3,6 +3,7 @@ are CPU ops on the training process's threads."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -13,6 +14,7 @@ from commprof.ingest import names
 from commprof.ingest.decode import Args
 from commprof.ingest.exact_time import to_ns
 from commprof.ingest.kineto_comm import comm_fields
+from commprof.ingest.plausible import describe, implausible, reference
 from commprof.ingest.schema import COLLECTIVES, INTERVALS
 
 if TYPE_CHECKING:
@@ -56,6 +58,13 @@ def cpu_tables(
     start, start_ok = to_ns([cpu[i][4] for i in candidates])
     dur, dur_ok = to_ns([cpu[i][5] for i in candidates])
     ok = start_ok & dur_ok
+    if not ok.all():
+        warnings.append(f"{label}: skipped {int((~ok).sum())} CPU ops whose ts or dur is not a number")
+    why: Counter[str] = Counter()
+    odd = implausible(start, start + dur, reference(start[ok]), why) & ok
+    if why:
+        warnings.append(describe(label, "CPU ops", why))
+        ok &= ~odd
     rows = [i for i, keep in zip(candidates, ok.tolist(), strict=True) if keep]
     start, end = start[ok] + base_ns, start[ok] + dur[ok] + base_ns
     enqueue_rows = {i for i in rows if names.is_enqueue_op(cpu[i][2])}
@@ -132,7 +141,9 @@ def _bytes_from_inputs(args: Args) -> tuple[str | None, int | None]:
     try:
         dims = msgspec.json.decode(args.input_dims)
         types = msgspec.json.decode(args.input_type)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
+        return None, None
+    if not isinstance(dims, list) or not isinstance(types, list):
         return None, None
     if not dims or not types:
         return None, None
@@ -144,5 +155,9 @@ def _bytes_from_inputs(args: Args) -> tuple[str | None, int | None]:
         return (dtype if isinstance(dtype, str) else None), None
     count = 1
     for d in first_dims:
-        count *= int(d)
+        if type(d) is not int or d < 0:  # [[null]], "abc", -1: a shape that is not one
+            return dtype, None
+        count *= d
+        if count * size >= 1 << 63:  # past int64 bytes: not a real tensor
+            return dtype, None
     return dtype, count * size

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from commprof.errors import CommprofError
+from commprof.ingest.discover import regular_file_problem
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.topology import CommInfo, HostTopology, comm_rank_sets, read_topologies
 
@@ -201,9 +202,11 @@ def read_flight_recorder(folder: Path, warnings: list[str]) -> pl.DataFrame:
     bad: list[str] = []
     for path in sorted(folder.glob("*.json")):
         try:
+            if regular_file_problem(path):
+                raise OSError(regular_file_problem(path))
             doc = json.loads(path.read_text(encoding="utf-8"))
             rank = int(path.stem.rsplit("-", 1)[-1])
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError):
             bad.append(path.name)
             continue
         entries = doc.get("entries") if isinstance(doc, dict) else None
@@ -254,7 +257,7 @@ def _read_cache(folder: Path, key: str) -> SidecarTables | None:
         if meta.get("key") != key:
             return None
         frames = [pl.read_parquet(folder / f"{name}.parquet") for name in _NAMES]
-    except (OSError, ValueError, pl.exceptions.PolarsError):
+    except (OSError, ValueError, RecursionError, pl.exceptions.PolarsError):
         return None
     return SidecarTables(frames[0], frames[1], frames[2], frames[3], tuple(meta.get("warnings") or ()), frames[4])
 

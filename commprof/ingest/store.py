@@ -19,16 +19,17 @@ import json
 import os
 import tempfile
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from commprof.errors import InputError, TruncatedTraceError
-from commprof.ingest.discover import Source
+from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
 from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
+from commprof.ingest.rank_sidecar import clean_sidecar
 from commprof.ingest.runner import ProgressFn, Runner, make_runner
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.stream import NotATraceError
@@ -48,10 +49,12 @@ class FileEntry:
 
 
 def default_cache_dir(source: Source) -> Path:
-    """``tables/`` beside the raw files when that folder is writable, else a per-user cache."""
-    if source.kind != "file" and os.access(source.root, os.W_OK):
+    """Under ``COMMPROF_CACHE_DIR`` when it is set; else ``tables/`` beside the raw files when that folder
+    is writable, else a per-user cache."""
+    env = os.environ.get("COMMPROF_CACHE_DIR")
+    if not env and source.kind != "file" and os.access(source.root, os.W_OK):
         return source.root / "tables"
-    base = Path(os.environ.get("COMMPROF_CACHE_DIR") or Path.home() / ".cache" / "commprof")
+    base = Path(env or Path.home() / ".cache" / "commprof")
     digest = hashlib.sha1(str(source.path.resolve()).encode()).hexdigest()[:16]
     return base / digest
 
@@ -100,7 +103,7 @@ def _expand_exports(entries: list[FileEntry], cache: Path, known: dict[str, Any]
             raw = entry.path.read_bytes()
             try:
                 trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-            except (OSError, ValueError) as err:
+            except (OSError, ValueError, RecursionError) as err:
                 raise InputError(f"unreadable commprof export: {err}", entry.path) from None
             for rank, part in split_by_rank(trace).items():
                 _atomic_write_bytes(folder / f"rank-{rank}.json", json.dumps(part).encode())
@@ -137,6 +140,9 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
     except NotATraceError as err:
         return {"file": label, "rel": entry.rel, "skipped": str(err), "not_a_trace": True,
                 "warnings": [f"{err}; skipped (not a Kineto trace)"]}
+    except OSError as err:  # removed or made unreadable since it was found
+        why = f"{label}: cannot be read ({err.strerror or err})"
+        return {"file": label, "rel": entry.rel, "skipped": why, "warnings": [f"{why}; rank skipped"]}
     meta = {
         "file": str(entry.path),
         "rel": entry.rel,
@@ -151,6 +157,7 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
         "mode": rank_trace.mode,
         "warnings": rank_trace.warnings,
         "n_intervals": len(rank_trace.intervals),
+        "corrupt": rank_trace.corrupt,
     }
     for table in TABLES:
         _write_frame(getattr(rank_trace, table), cache / table / f"{entry.stem}.parquet")
@@ -175,21 +182,28 @@ def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: lis
     return metas
 
 
-def read_sidecars(source: Source) -> tuple[list[dict[str, Any]], str]:
+def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], str]:
     """The rank sidecars of a ``commprof record`` run (raw/ranks/rank-N.json) and a signature of
-    their sizes and mtimes (part of the cache key: they change how Gloo ops are attributed)."""
+    their sizes and mtimes (part of the cache key: they change how Gloo ops are attributed). Fields
+    of the wrong shape are dropped, each with a line in ``problems``."""
     folder = source.root / "raw" / "ranks"
     if source.kind != "run" or not folder.is_dir():
         return [], ""
     sidecars, signature = [], []
+    problems = problems if problems is not None else []
     for path in sorted(folder.glob("rank-*.json")):
         try:
+            if regular_file_problem(path):
+                problems.append(f"{path}: {regular_file_problem(path)}; skipped")
+                continue
             st = path.stat()
             data = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue  # a rank killed while writing leaves no complete sidecar: its ops stay unattributed
-        if isinstance(data, dict):
-            sidecars.append(data)
+        clean, dropped = clean_sidecar(data, str(path))
+        problems.extend(dropped)
+        if clean is not None:
+            sidecars.append(clean)
             signature.append(f"{path.name}:{st.st_size}:{st.st_mtime_ns}")
     return sidecars, hashlib.sha1("|".join(signature).encode()).hexdigest()
 
@@ -197,7 +211,7 @@ def read_sidecars(source: Source) -> tuple[list[dict[str, Any]], str]:
 def _read_index(cache: Path, sidecar_key: str = "") -> dict[str, Any]:
     try:
         data = json.loads((cache / INDEX).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(data, dict) or data.get("ingest_version") != INGEST_VERSION:
         return {}
@@ -223,6 +237,7 @@ class Ingested:
     metas: list[dict[str, Any]]  # in entry order
     parsed: int  # how many traces were (re)parsed rather than read from the cache
     left_out: int = 0  # trace files not opened because their rank is not among the ranks asked for
+    problems: list[str] = field(default_factory=list)  # sidecar fields dropped, and why
 
     @property
     def failures(self) -> list[dict[str, Any]]:
@@ -249,7 +264,8 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InputError(f"cannot create the table cache: {err.strerror}", cache) from None
-    sidecars, sidecar_key = read_sidecars(source)
+    problems: list[str] = []
+    sidecars, sidecar_key = read_sidecars(source, problems)
     known = _read_index(cache, sidecar_key)
     everything = _expand_exports(_entries(source), cache, known)
     entries = everything
@@ -273,7 +289,7 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
             files[entry.rel] = {**rec, "meta": meta} if not meta.get("skipped") else rec
         index = {"ingest_version": INGEST_VERSION, "sidecars": sidecar_key, "files": files}
         _atomic_write_bytes(cache / INDEX, json.dumps(index, indent=1).encode())
-    return Ingested(cache, entries, metas, len(todo), len(everything) - len(entries))
+    return Ingested(cache, entries, metas, len(todo), len(everything) - len(entries), problems)
 
 
 def _refuse_if_no_traces(source: Source, metas: list[dict[str, Any]]) -> None:

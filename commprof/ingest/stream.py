@@ -292,7 +292,7 @@ def stream_events(path: Path, on_events: Callable[[list[Event]], None], label: s
         truncated_gzip = True
     tail = reader.finish(truncated_gzip)
     result = reader.result
-    result.header = _headers(reader.header_text, tail, reader.path)
+    result.header = _headers(reader.header_text, tail, reader.path, result)
     result.warnings.extend(reader.damage_warnings())
     if truncated_gzip:
         result.warnings.insert(0, f"{reader.path}: gzip stream ends early (job killed while writing?); "
@@ -329,20 +329,49 @@ def _is_complete_json(data: bytearray) -> bool:
     return True
 
 
-def _headers(header_text: bytes | None, tail: bytes | None, path: Path) -> Trace:
-    """Top-level keys before and after the events array (Kineto writes some after it)."""
+def _headers(header_text: bytes | None, tail: bytes | None, path: Path, result: StreamResult) -> Trace:
+    """Top-level keys before and after the events array (Kineto writes some after it). A field of the
+    wrong shape is dropped with a warning; a header that is not even JSON is damage (``corrupt``)."""
     parts: list[Trace] = []
     if header_text is not None:
         text = header_text.rstrip().rstrip(b",").rstrip()
-        try:
-            parts.append(_header_decoder.decode(text + b"}"))
-        except (msgspec.DecodeError, msgspec.ValidationError) as err:
-            raise NotATraceError(f"not a Kineto trace: bad top-level fields ({err})", path) from None
+        header = _lenient_header(text + b"}", path, result.warnings)
+        if header is None:
+            result.corrupt = result.corrupt or ("corrupt top-level fields before 'traceEvents' (not JSON): the "
+                                                "trace's rank, world size and clock base are unknown")
+        else:
+            parts.append(header)
     if tail:
         rest = tail.strip()
         if rest.startswith(b","):
-            try:
-                parts.append(_header_decoder.decode(b"{" + rest[1:]))
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                pass  # top-level keys after a cut or damaged end: the events are what matter
+            header = _lenient_header(b"{" + rest[1:], path, result.warnings)
+            if header is not None:  # top-level keys after a cut or damaged end: the events are what matter
+                parts.append(header)
     return merge_headers(parts)
+
+
+_raw_fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _lenient_header(text: bytes, path: Path, warnings: list[str]) -> Trace | None:
+    try:
+        return _header_decoder.decode(text)
+    except msgspec.ValidationError:
+        pass
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    try:
+        raw_fields = _raw_fields_decoder.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    kept = Trace()
+    for name in Trace.__struct_fields__:
+        if name not in raw_fields or name == "traceEvents":
+            continue
+        try:
+            one = _header_decoder.decode(b'{"' + name.encode() + b'": ' + bytes(raw_fields[name]) + b"}")
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
+            warnings.append(f"{path}: ignored the top-level field {name!r}: {str(err)[:120]}")
+            continue
+        setattr(kept, name, getattr(one, name))
+    return kept

@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from commprof.ingest.discover import regular_file_problem
 from commprof.vocab import NCCL_OPS
 
 
@@ -122,8 +123,10 @@ def read_topologies(path: Path) -> dict[str, HostTopology]:
         return out
     for file in sorted(folder.glob("*.json")):
         try:
+            if regular_file_problem(file):  # a FIFO would block the read
+                continue
             info = json.loads(file.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if not isinstance(info, dict):
             continue

@@ -32,6 +32,8 @@ from commprof.record.rank import topology
 from commprof.record.settings import RecordSettings
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DISK_FULL_BYTES = 16 << 20  # less free space than this at the end of a run: writes have been failing
+STALE_ON_FULL_DISK = frozenset({"waiting", "warmup", "active", "complete"})
 
 
 class CommandNotFound(UsageError):
@@ -147,17 +149,32 @@ def _finish(run_dir: Path, doc: dict[str, Any], returncode: int, settings: Recor
         except OSError:
             continue
         doc["notes"].append(f"removed half-written {path.relative_to(run_dir)} (its process died while writing)")
-    sidecars = manifest.finish(run_dir, doc, returncode)
+    free = rundir.disk_free_bytes(run_dir)
+    disk_full = free is not None and free < DISK_FULL_BYTES
+    try:
+        sidecars = manifest.finish(run_dir, doc, returncode)
+        unwritten = None
+    except OSError as err:  # the manifest itself could not be written (full disk, file system gone)
+        sidecars, unwritten = manifest.read_sidecars(run_dir)[0], err
     traces = sorted(str(p.relative_to(run_dir)) for p in (run_dir / "raw" / "traces").glob("rank-*.json.gz"))
-    warnings = window_warnings(sidecars, settings)
-    if warnings:
+    warnings = window_warnings(sidecars, settings, disk_full=disk_full)
+    if disk_full:
+        warnings.insert(0, f"the disk holding {run_dir} is full ({(free or 0) >> 20} MiB free): ranks could not "
+                           "write their traces or update their status files")
+    if unwritten is not None:
+        warnings.append(f"could not write {run_dir / manifest.MANIFEST}: {unwritten.strerror or unwritten}")
+    elif warnings:
         doc["notes"].extend(warnings)
-        manifest.write(run_dir, doc)
+        try:
+            manifest.write(run_dir, doc)
+        except OSError as err:
+            warnings.append(f"could not write {run_dir / manifest.MANIFEST}: {err.strerror or err}")
     return RecordResult(run_dir=run_dir, exit_code=int(doc["exit_code"]), traces=traces, warnings=warnings)
 
 
-def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings) -> list[str]:
-    """One line per reason a rank has no trace, naming the ranks."""
+def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings, disk_full: bool = False) -> list[str]:
+    """One line per reason a rank has no trace, naming the ranks. On a full disk a rank's status file
+    stops at its last successful write, so "killed during warm-up" would be a guess: it says so."""
     if not sidecars:
         return [
             "no rank reported to commprof: no process imported torch with RANK set (torchrun sets it), "
@@ -193,6 +210,8 @@ def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings) ->
         seen = sorted(steps[status])
         step_text = f"; optimizer steps seen: {seen[0] if len(seen) == 1 else seen}" if w.mode == "steps" else ""
         reason = reasons.get(status, f"window status {status}")
+        if disk_full and status in STALE_ON_FULL_DISK:
+            reason = f"its files could not be written (disk full); the last status it wrote was {status!r}"
         out.append(f"no trace for rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}: {reason}{step_text}")
     if partial:
         out.append(

@@ -66,7 +66,7 @@ def read_sidecars(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     for path in sorted((run_dir / "raw" / "ranks").glob("rank-*.json")):
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError) as err:
             problems.append(f"{path.name}: unreadable ({err})")
             continue
         if isinstance(data, dict) and isinstance(data.get("rank"), int):

@@ -24,6 +24,7 @@ from commprof.dashboard.state import (
     as_relayout,
     as_window_ns,
     guarded,
+    parse_query,
     ranks_text,
 )
 
@@ -160,10 +161,11 @@ def register(app: Dash, cache: RunCache) -> None:
     @app.callback(
         Output(ids.URL, "search", allow_duplicate=True),
         Input(ids.TIMELINE_WINDOW, "data"), Input(ids.TIMELINE_RANKS, "value"), Input(ids.TIMELINE_LANES, "value"),
-        State(ids.TIMELINE_STEP, "value"), State(ids.RUN_KEY, "data"), prevent_initial_call=True,
+        State(ids.TIMELINE_STEP, "value"), State(ids.RUN_KEY, "data"), State(ids.URL, "search"),
+        prevent_initial_call=True,
     )
     @guarded(1, None)
-    def remember(window: Any, ranks: Any, lanes: Any, step: Any, key: Any) -> Any:
+    def remember(window: Any, ranks: Any, lanes: Any, step: Any, key: Any, search: Any) -> Any:
         """The view's state into the URL (the router does not re-render on a new query string)."""
         key = as_key(key, cache.runs)
         start, end = as_window_ns(window)
@@ -173,7 +175,8 @@ def register(app: Dash, cache: RunCache) -> None:
         in_step = step_window(cache, key, step) if step not in (None, WHOLE_RUN) else whole
         if step not in (None, WHOLE_RUN):
             params["step"] = str(as_int(step, "step"))
-        if (start, end) != in_step:
+        # the window went through the browser as JSON numbers (53-bit): equal within a µs is equal
+        if abs(start - in_step[0]) > 1000 or abs(end - in_step[1]) > 1000:
             origin = cache.timeline_base(key).origin_ns
             params["t0"], params["t1"] = f"{(start - origin) / 1e6:.3f}", f"{(end - origin) / 1e6:.3f}"
         if chosen:
@@ -182,4 +185,9 @@ def register(app: Dash, cache: RunCache) -> None:
             params["lanes"] = transforms.STREAM_LANES
         from urllib.parse import urlencode
 
+        current = parse_query(search)
+        if current == params or (current.get("ranks") and as_ranks(current["ranks"], chosen or []) == chosen
+                                 and {k: v for k, v in current.items() if k != "ranks"} ==
+                                 {k: v for k, v in params.items() if k != "ranks"}):
+            return no_update  # the URL already says this (no new history entry)
         return "?" + urlencode(params) if params else ""

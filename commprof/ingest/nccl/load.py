@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from commprof.errors import InputError
+from commprof.ingest.discover import regular_file_problem
 from commprof.ingest.nccl.parser import NcclLogs, parse_nccl_logs
 from commprof.ingest.nccl.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml, xml_kind
 
@@ -38,6 +40,7 @@ class NcclInputs:
     logs: list[Path] = field(default_factory=list)
     topologies: list[Path] = field(default_factory=list)
     graphs: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # files passed over, and why
 
 
 @dataclass
@@ -49,26 +52,50 @@ class NcclRun:
 
 
 def _is_log(path: Path) -> bool:
+    """Whether the file holds NCCL lines anywhere: the job's stdout can carry megabytes of other output
+    before NCCL's first line, so the whole file is searched (a block at a time, at memchr speed), and
+    UTF-16 text (PowerShell's ``>``) is searched in its own encoding."""
     suffixes = [s.lower() for s in path.suffixes[-2:]]
     if suffixes and (suffixes[-1] in NOT_LOGS or (suffixes[-1] == ".gz" and suffixes[:1] == [".json"])):
         return False
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as gz:
-                head = gz.read(SNIFF_BYTES)
-        else:
-            with open(path, "rb") as f:
-                head = f.read(SNIFF_BYTES)
-    except (OSError, EOFError):
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+            markers = _markers(head)
+            tail = b""
+            block = head
+            while block:
+                window = tail + block
+                if any(marker in window for marker in markers):
+                    return True
+                tail = window[-64:]
+                block = f.read(SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
         return False
-    return any(marker in head for marker in LOG_MARKERS)
+    return False
 
 
-def _walk(root: Path) -> list[Path]:
+def _markers(head: bytes) -> tuple[bytes, ...]:
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or head[1:2] == b"\0" or head[:1] == b"\0":
+        be = head[:2] == b"\xfe\xff" or head[:1] == b"\0"
+        return tuple(m.decode().encode("utf-16-be" if be else "utf-16-le") for m in LOG_MARKERS)
+    return LOG_MARKERS
+
+
+def _walk(root: Path, skipped: list[str]) -> list[Path]:
+    """Regular files only: a FIFO would block the read forever (each one passed over is listed)."""
     out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
-        out.extend(Path(dirpath) / name for name in sorted(filenames) if not name.startswith("."))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if name.startswith("."):
+                continue
+            why = regular_file_problem(path)
+            if why is None:
+                out.append(path)
+            else:
+                skipped.append(f"{path}: {why}; skipped")
     return out
 
 
@@ -91,17 +118,20 @@ def find_nccl_inputs(path: str | Path) -> NcclInputs:
     if not root.exists():
         raise InputError("no such file or folder", root)
     inputs = NcclInputs(root=root)
-    if root.is_file():
+    if not root.is_dir():
+        why = regular_file_problem(root)
+        if why:
+            raise InputError(why, root)
         _classify(root, inputs)
         if not inputs.logs:
             raise InputError("not an NCCL log (no 'NCCL INFO' lines)", root)
         return inputs
     raw_nccl = root / "raw" / "nccl"
     if raw_nccl.is_dir():
-        for file in _walk(root / "raw"):
+        for file in _walk(root / "raw", inputs.skipped):
             _classify(file, inputs, logs=raw_nccl in file.parents)
     else:
-        for file in _walk(root):
+        for file in _walk(root, inputs.skipped):
             _classify(file, inputs)
     if not inputs.logs:
         where = raw_nccl if raw_nccl.is_dir() else root
@@ -122,6 +152,7 @@ def load_nccl(path: str | Path) -> NcclRun:
     in ``logs.stats.skipped_files``; only a missing path or no log at all raises."""
     inputs = find_nccl_inputs(path)
     logs = parse_nccl_logs(inputs.logs)
+    logs.stats.skipped_files.extend(inputs.skipped)
     hosts = {p.host for p in logs.processes if p.host}
     topologies: list[TopologyXml] = []
     graphs: list[GraphXml] = []

@@ -307,11 +307,24 @@ class LogParser:
 @contextmanager
 def _open_text(path: Path) -> Iterator[TextIO]:
     if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as gz:
+        with gzip.open(path, "rb") as raw:
+            encoding = _encoding(raw.peek(2)[:2] if hasattr(raw, "peek") else b"")
+        with gzip.open(path, "rt", encoding=encoding, errors="replace") as gz:
             yield gz
     else:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, "rb") as raw:
+            encoding = _encoding(raw.read(2))
+        with open(path, encoding=encoding, errors="replace") as f:
             yield f
+
+
+def _encoding(head: bytes) -> str:
+    """UTF-16 when the text says so (a BOM, or a NUL beside the first character), else UTF-8."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    if len(head) == 2 and b"\0" in head:
+        return "utf-16-be" if head[:1] == b"\0" else "utf-16-le"
+    return "utf-8"
 
 
 def parse_nccl_logs(paths: Iterable[str | Path]) -> NcclLogs:

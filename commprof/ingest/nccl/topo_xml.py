@@ -101,12 +101,18 @@ def _root(path: Path, tag: str) -> ET.Element:
     return root
 
 
+MAX_DEPTH = 64  # NCCL writes about 6 levels (system/cpu/pci/pci/gpu/nvlink)
+INT32_LIMIT = 1 << 31
+
+
 def _int(el: ET.Element, name: str, base: int = 10) -> int | None:
+    """An int32 attribute, or None (absent, not a number, or a 30-digit rank)."""
     value = el.get(name)
     try:
-        return int(value, base) if value is not None else None
+        number = int(value, base) if value is not None and len(value) <= 20 else None
     except ValueError:
         return None
+    return number if number is not None and -INT32_LIMIT <= number < INT32_LIMIT else None
 
 
 def _float(el: ET.Element, name: str) -> float | None:
@@ -129,40 +135,25 @@ def parse_topology_xml(path: str | Path) -> TopologyXml:
     gpus: list[XmlGpu] = []
     nets: list[XmlNet] = []
 
-    def walk(el: ET.Element, busid: str | None) -> None:
-        for child in el:
-            if child.tag == "pci":
-                walk(child, child.get("busid"))
-            elif child.tag == "gpu":
-                links = [
-                    (nv.get("target", ""), _int(nv, "count") or 0, nv.get("tclass", "")) for nv in child.iter("nvlink")
-                ]
-                gpus.append(
-                    XmlGpu(
-                        _int(child, "dev"),
-                        _int(child, "sm"),
-                        _int(child, "rank"),
-                        busid,
-                        _flag(child, "gdr"),
-                        links,
-                    )
-                )
-            elif child.tag == "nic":
-                nets.extend(
-                    XmlNet(
-                        net.get("name", "?"),
-                        _int(net, "dev"),
-                        _int(net, "speed"),
-                        _int(net, "port"),
-                        _flag(net, "gdr"),
-                        _flag(net, "coll"),
-                    )
-                    for net in child.iter("net")
-                )
-            else:
-                walk(child, busid)
-
-    walk(root, None)
+    # depth-first in document order, iterative and with the depth bounded: a dump nested 50k deep is
+    # refused with a message, not a RecursionError
+    stack: list[tuple[ET.Element, str | None, int]] = [(child, None, 1) for child in reversed(root)]
+    while stack:
+        el, busid, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"nested deeper than {MAX_DEPTH} levels; not an NCCL topology dump", path)
+        if el.tag == "gpu":
+            links = [(nv.get("target", ""), _int(nv, "count") or 0, nv.get("tclass", "")) for nv in el.iter("nvlink")]
+            gpus.append(XmlGpu(_int(el, "dev"), _int(el, "sm"), _int(el, "rank"), busid, _flag(el, "gdr"), links))
+        elif el.tag == "nic":
+            nets.extend(
+                XmlNet(net.get("name", "?"), _int(net, "dev"), _int(net, "speed"), _int(net, "port"),
+                       _flag(net, "gdr"), _flag(net, "coll"))
+                for net in el.iter("net")
+            )
+        else:
+            inner = el.get("busid") if el.tag == "pci" else busid
+            stack.extend((child, inner, depth + 1) for child in reversed(el))
     hashes = [h for cpu in root.iter("cpu") if (h := cpu.get("host_hash"))]
     return TopologyXml(str(path), gpus, nets, sorted(set(hashes)))
 

@@ -1,0 +1,181 @@
+"""`make bench-scale`: a synthetic 256-rank run with >= 20 MB of Kineto JSON per rank, end to end.
+
+    python bench/bench_scale.py [--ranks 256] [--mb-per-rank 20] [--workers 1,2] [--hta-ranks 16]
+
+1. The run is generated once by ``commprof synth`` and cached (bench/scale_run.py; ~5 GB of JSON, a
+   quarter of an hour on 2 cores).
+2. For each worker count, a fresh interpreter opens the run into an empty table cache and analyzes it
+   (``--workers N``: N=1 in process, else a local process pool): wall time without imports, peak RSS of
+   the main process and of the largest worker. Scaling = time with 1 worker / time with N.
+3. Peak RSS per worker against the largest single trace (uncompressed JSON), the target being <= 1.5x;
+   also the RSS above an idle worker (the interpreter with polars, numpy and msgspec imported), which
+   is what grows with the trace.
+4. HTA 0.5.0 (.bench-venv, as bench_ingest.py sets it up) and commprof on the same 16-rank subset,
+   each in a fresh interpreter through bench/child.py: time and peak-RSS ratios.
+
+The figures go to .bench/scale.json. This is a report, not a test: the exit status is 0 when a
+target is missed. The machine is shared and noisy: run it with ``nice`` and read ratios, not seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_ingest  # noqa: E402
+import hta_venv  # noqa: E402
+import scale_run  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+OUT_JSON = REPO / ".bench" / "scale.json"
+RSS_TARGET = 1.5
+
+END_TO_END = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+import commprof, commprof.run
+from commprof.ingest.runner import make_runner
+from commprof.report import analysis_json
+t1 = time.perf_counter()
+path, cache, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with make_runner(workers) as runner:
+    run = commprof.open_run(path, cache_dir=cache, runner=runner)
+    t2 = time.perf_counter()
+    analysis = commprof.analyze(run, runner=runner)
+    report = analysis_json.build(analysis)
+    t3 = time.perf_counter()
+    where = runner.describe()
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"import_s": t1 - t0, "ingest_s": t2 - t1, "analyze_s": t3 - t2, "total_s": t3 - t1,
+                  "ranks": len(report["ranks"]), "parsed": run.ingested.parsed, "runner": where,
+                  "exposed_comm_ns": report["totals"].get("exposed_comm_ns"),
+                  "maxrss_main_mb": me.ru_maxrss / 1024, "maxrss_worker_mb": kids.ru_maxrss / 1024}))
+"""
+
+IDLE_WORKER = """
+import resource
+import commprof.ingest.kineto, commprof.ingest.store, commprof.analyzers.overlap, commprof.ingest.tables
+import polars as pl
+pl.DataFrame({"a": [1]}).write_parquet("/dev/null")
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def _python(code: str, *args: str, timeout: int = 3600) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout)
+    if done.returncode:
+        raise SystemExit(f"bench child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _largest_trace_mb(run: Path) -> tuple[str, float]:
+    """The largest rank's uncompressed JSON (cached beside the run: decompressing 5 GB takes a while)."""
+    memo = run.parent / "trace-sizes.json"
+    if memo.is_file():
+        sizes = json.loads(memo.read_text())
+    else:
+        sizes = {p.name: scale_run.trace_mb(p) for p in sorted((run / "raw" / "traces").glob("rank-*.json.gz"))}
+        memo.write_text(json.dumps(sizes))
+    name = max(sizes, key=lambda k: sizes[k])
+    return name, sizes[name]
+
+
+def end_to_end(run: Path, workers: int, scratch: Path) -> dict[str, Any]:
+    cache = scratch / f"tables-{workers}"
+    try:
+        return _python(END_TO_END, str(run), str(cache), str(workers))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def versus_hta(run: Path, n: int, scratch: Path) -> dict[str, Any]:
+    python = hta_venv.ensure(REPO / ".bench-venv")
+    if python is None:
+        return {"error": ".bench-venv could not be set up"}
+    files = [run / "raw" / "traces" / f"rank-{r}.json.gz" for r in range(n)]
+    hta = bench_ingest.run_child(python, "hta", files, scratch)
+    ours = bench_ingest.run_child(Path(sys.executable), "commprof", files, scratch)
+    out: dict[str, Any] = {"ranks": n, "hta": hta, "commprof": ours}
+    if "error" in hta or "error" in ours:
+        return out
+    ours_rss = max(ours["maxrss_self_kb"], ours["maxrss_children_kb"]) / 1024
+    out.update(hta_s=hta["total_s"], commprof_s=ours["total_s"], time_ratio=hta["total_s"] / ours["total_s"],
+               hta_rss_mb=hta["maxrss_self_kb"] / 1024, commprof_rss_mb=ours_rss,
+               commprof_main_rss_mb=ours["maxrss_self_kb"] / 1024,
+               commprof_worker_rss_mb=ours["maxrss_children_kb"] / 1024,
+               rss_ratio=ours_rss / (hta["maxrss_self_kb"] / 1024))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=256)
+    parser.add_argument("--mb-per-rank", type=float, default=20.0, help="uncompressed trace MB per rank (>=)")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--workers", default="1,2", help="worker counts to time, comma-separated")
+    parser.add_argument("--hta-ranks", type=int, default=16, help="ranks of the HTA comparison (0: skip)")
+    parser.add_argument("--cache", type=Path, default=scale_run.DEFAULT_CACHE, help="where the run is kept")
+    args = parser.parse_args()
+
+    run, made = scale_run.ensure(args.ranks, args.mb_per_rank, args.steps, args.cache, os.cpu_count() or 1)
+    largest_name, largest_mb = _largest_trace_mb(run)
+    print(f"run: {run} — {made['ranks']} ranks, largest trace {largest_name} {largest_mb:.1f} MB of JSON "
+          f"(generated in {made['generate_s']:.0f} s, {made['generate_jobs']} processes)", flush=True)
+    result: dict[str, Any] = {"run": str(run), "made": made, "largest_trace_mb": largest_mb,
+                              "load": os.getloadavg(), "nice": os.nice(0)}
+    result["idle_worker_mb"] = float(subprocess.run([sys.executable, "-c", IDLE_WORKER], capture_output=True,
+                                                    text=True, check=True, cwd=REPO).stdout.strip())
+    counts = [int(w) for w in args.workers.split(",")]
+    scratch = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    try:
+        for n in counts:
+            t0 = time.perf_counter()
+            r = end_to_end(run, n, scratch)
+            r["process_s"] = time.perf_counter() - t0
+            worker_mb = r["maxrss_main_mb"] if n == 1 else r["maxrss_worker_mb"]
+            r["worker_rss_over_trace"] = worker_mb / largest_mb
+            r["worker_rss_above_idle_over_trace"] = (worker_mb - result["idle_worker_mb"]) / largest_mb
+            result[f"workers_{n}"] = r
+            print(f"--workers {n} ({r['runner']}): {r['total_s']:.1f} s (ingest {r['ingest_s']:.1f}, analysis "
+                  f"{r['analyze_s']:.1f}), {r['ranks']} ranks; peak RSS main {r['maxrss_main_mb']:.0f} MB, "
+                  f"largest worker {r['maxrss_worker_mb']:.0f} MB; per worker / largest trace "
+                  f"{r['worker_rss_over_trace']:.2f}x (above an idle worker's {result['idle_worker_mb']:.0f} MB: "
+                  f"{r['worker_rss_above_idle_over_trace']:.2f}x; target <= {RSS_TARGET}x)", flush=True)
+        if 1 in counts:
+            for n in counts:
+                if n != 1:
+                    ratio = result["workers_1"]["total_s"] / result[f"workers_{n}"]["total_s"]
+                    result[f"scaling_1_to_{n}"] = ratio
+                    print(f"scaling 1 -> {n} workers: {ratio:.2f}x faster (ideal {n}x on {n} free cores)")
+        if args.hta_ranks:
+            h = versus_hta(run, args.hta_ranks, scratch)
+            result["hta"] = h
+            if "time_ratio" in h:
+                print(f"HTA on {h['ranks']} ranks: {h['hta_s']:.1f} s / {h['hta_rss_mb']:.0f} MB; commprof "
+                      f"{h['commprof_s']:.1f} s / {h['commprof_rss_mb']:.0f} MB (main {h['commprof_main_rss_mb']:.0f}, "
+                      f"largest worker {h['commprof_worker_rss_mb']:.0f}); HTA / commprof time "
+                      f"{h['time_ratio']:.1f}x, commprof / HTA RSS {h['rss_ratio']:.2f}")
+            else:
+                print(f"HTA on {h.get('ranks', args.hta_ranks)} ranks: HTA {h.get('hta', {}).get('error', 'ok')}; "
+                      f"commprof {h.get('commprof', {}).get('error', 'ok')}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    OUT_JSON.parent.mkdir(exist_ok=True)
+    OUT_JSON.write_text(json.dumps(result, indent=1, default=str))
+    print(f"figures in {OUT_JSON.relative_to(REPO)} (load average at start {result['load'][0]:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

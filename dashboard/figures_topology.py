@@ -78,7 +78,8 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
     where: dict[Any, tuple[float, float]] = {**pos} if rank_level else {**centre}
     pairs = _link_pairs(traffic, host_links, rank_level)
     all_links = pairs.height
-    if all_links > MAX_LINKS:  # a full mesh of 32 hosts is a solid disk: keep the heaviest, say so
+    capped = not rank_level and all_links > MAX_LINKS  # 16 ranks have at most 120 pairs: all drawn
+    if capped:  # a full mesh of 32 hosts is a solid disk: keep the heaviest, say so
         pairs = pairs.sort("bytes_per_step", "a", "b", descending=[True, False, False]).head(MAX_LINKS)
     top = float(pairs["bytes_per_step"].max() or 0.0) if pairs.height else 0.0  # type: ignore[arg-type]
     dims = sorted(set(pairs["dimension"].to_list())) if pairs.height else []
@@ -140,7 +141,7 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
         notes.append("every link tier is unknown: start the dashboard with --network ib|roce|ethernet")
     if inside and not written:
         notes.append("hover a host's box for the traffic inside it")
-    if all_links > MAX_LINKS:
+    if capped:
         notes.append(f"the {MAX_LINKS} heaviest of {all_links} links drawn (the matrix below has them all)")
     if len(order) > 64:
         notes.append("hover a square for its rank")

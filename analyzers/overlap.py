@@ -301,22 +301,22 @@ def _collective_shares(
         pl.Series("exposed_ns", call_exp),
         pl.Series("exposed_wait_ns", np.bincount(owner, weights=piece_wait, minlength=n)),
     )
-    pieces = pl.DataFrame(
-        {
-            "step": step_ids[win],
-            "pg": collectives["pg"].fill_null("unknown").to_numpy()[owner] if owner.size else [],
-            "comm_ns": (pe - ps).astype(np.float64),
-            "overlapped_ns": piece_ovl,
-            "exposed_ns": piece_exp,
-            "exposed_wait_ns": piece_wait,
-        },
-        schema=pl.Schema({k: v for k, v in PG_STEPS_SCHEMA.items() if k != "rank"}),
-    )
-    pg_steps = (
-        pieces.group_by("step", "pg")
-        .agg(pl.col("comm_ns", "overlapped_ns", "exposed_ns", "exposed_wait_ns").sum())
-        .with_columns(pl.lit(rank, pl.Int32).alias("rank"))
-        .select(list(PG_STEPS_SCHEMA))
-        .sort("step", "pg")
-    )
+    pg_steps = _pg_step_sums(rank, step_ids[win], collectives["pg"].fill_null("unknown").to_numpy()[owner],
+                             ((pe - ps).astype(np.float64), piece_ovl, piece_exp, piece_wait))
     return out, pg_steps, np.bincount(win, weights=piece_wait, minlength=nwin).astype(np.float64)
+
+
+def _pg_step_sums(rank: int, steps: npt.NDArray[np.int64], pgs: npt.NDArray[np.object_],
+                  values: tuple[npt.NDArray[np.float64], ...]) -> pl.DataFrame:
+    """The pieces' comm, overlapped, exposed and exposed-wait time summed per (step, pg), sorted by
+    step then pg: a group-by in numpy (one frame per rank, not a polars query per rank)."""
+    if steps.size == 0:
+        return pl.DataFrame(schema=PG_STEPS_SCHEMA)
+    names, pg_code = np.unique(pgs.astype(str), return_inverse=True)
+    step_values, step_code = np.unique(steps, return_inverse=True)
+    key = step_code.astype(np.int64) * names.size + pg_code
+    present = np.flatnonzero(np.bincount(key, minlength=step_values.size * names.size))
+    sums = [np.bincount(key, weights=v, minlength=step_values.size * names.size)[present] for v in values]
+    cols = dict(zip(("comm_ns", "overlapped_ns", "exposed_ns", "exposed_wait_ns"), sums, strict=True))
+    return pl.DataFrame({"rank": np.full(present.size, rank, np.int32), "step": step_values[present // names.size],
+                         "pg": names[present % names.size], **cols}, schema=PG_STEPS_SCHEMA)

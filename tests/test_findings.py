@@ -16,7 +16,7 @@ from commprof.synth import SynthConfig, generate
 N16 = dict(nodes=2, gpus_per_node=8, sizes={"tp": 8, "dp": 2}, steps=2, micro_batches=2, layers=4, dp_buckets=4)
 N64 = dict(nodes=8, gpus_per_node=8, sizes={"tp": 8, "dp": 8}, steps=2, micro_batches=1, layers=8, dp_buckets=4)
 PP16 = dict(nodes=2, gpus_per_node=8, sizes={"tp": 4, "dp": 2, "pp": 2}, steps=2, micro_batches=2, layers=2)
-PP64 = dict(nodes=8, gpus_per_node=8, sizes={"tp": 4, "dp": 8, "pp": 2}, steps=2, micro_batches=2, layers=1)
+PP64 = dict(nodes=8, gpus_per_node=8, sizes={"tp": 4, "dp": 8, "pp": 2}, steps=2, micro_batches=2, layers=2)
 # DP sync after the backward: hidden behind it, it would run beside the all-to-alls, and their exposed time
 # would be shared between the two (the model's saving then overshoots: 1.98 ms claimed, 1.54 measured)
 EP64 = dict(nodes=8, gpus_per_node=8, sizes={"ep": 8, "dp": 8}, steps=2, micro_batches=1, layers=2, model_size_b=1.0,
@@ -88,9 +88,15 @@ def test_no_finding_claims_more_than_the_exposed_time_it_is_about(case: tuple[st
             assert f.saving_ns_per_step <= f.numbers["exposed_ns_per_step"] + 1, f.key
 
 
-@pytest.mark.parametrize("seed", [1, 12])
-@pytest.mark.parametrize("base", [N16, PP16, EP16], ids=["tp8dp2", "tp4dp2pp2", "ep8dp2"])
-def test_clean_run_has_no_finding_above_info(base: dict[str, Any], seed: int, tmp_path: Path) -> None:
+CLEAN = {"16-tp8dp2-s1": (N16, 1), "16-tp8dp2-s12": (N16, 12), "16-tp4dp2pp2-s1": (PP16, 1),
+         "16-tp4dp2pp2-s12": (PP16, 12), "16-ep8dp2-s1": (EP16, 1), "16-ep8dp2-s12": (EP16, 12),
+         # the 64-rank fixed runs of the cases above (generated once per module)
+         "64-tp8dp8-s8": (N64, 8), "64-tp4dp8pp2-s14": (PP64, 14), "64-ep8dp8-s15": ({**EP64, "dp_overlap": True}, 15)}
+
+
+@pytest.mark.parametrize("name", sorted(CLEAN))
+def test_clean_run_has_no_finding_above_info(name: str, tmp_path: Path) -> None:
+    base, seed = CLEAN[name]
     a = _analyze(tmp_path, "clean", {**base, "seed": seed})
     assert a.findings_computed
     loud = [f.key for f in a.findings if f.severity != "info" and f.id != "pipeline_bubble"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -247,11 +248,14 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("change", list(HOSTILE.values()), ids=list(HOSTILE))
-def test_a_hostile_field_is_skipped_with_a_warning(cli: Cli, tmp_path: Path,
-                                                    change: Callable[[dict[str, Any]], None]) -> None:
+def test_a_hostile_field_never_breaks_the_analysis(cli: Cli, tmp_path: Path,
+                                                   change: Callable[[dict[str, Any]], None]) -> None:
+    """Skipped with a warning, or read as missing; never a crash (nor one the runner reports as a
+    skipped file), never a wrapped-around time."""
     folder = gpu_trace(tmp_path, change)
     report = report_of(analyze(cli, folder))
     assert report["ranks"]
+    assert not any(re.search(r"\b[A-Z]\w*Error: ", w) for w in report["warnings"]), report["warnings"]
     for row in report["ranks"]:
         assert 0 <= row["step_ns"] < 10**12 and row["idle_ns"] >= 0, row
 
@@ -391,3 +395,18 @@ def test_commprof_cache_dir_is_honoured_for_a_writable_folder(sample_run: Path, 
     run = commprof.open_run(sample_run, jobs=1)
     assert run.ingested.cache.is_relative_to(tmp_path / "mine")
     assert not (sample_run / "tables").exists()
+
+
+@pytest.mark.parametrize("dims", [[[None]], [["abc"]], [[10**30, 10**30]], "x", [[-1, 5]], [[[1e300]]]],
+                         ids=["null", "text", "past-int64", "not-a-list", "negative", "float"])
+def test_gloo_input_shapes_of_the_wrong_kind_leave_the_size_unknown(cli: Cli, sample_run: Path, dims: Any) -> None:
+    """Gloo ops carry no byte counts, only shapes: a shape that is not one gives an unknown size."""
+    for gz in sample_run.glob("rank-*.json.gz"):
+        trace = read_trace(gz)
+        for event in trace["traceEvents"]:
+            if str(event.get("name", "")).startswith("gloo:"):
+                event.setdefault("args", {})["Input Dims"] = dims
+        gz.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    report = report_of(analyze(cli, sample_run))
+    assert [r["rank"] for r in report["ranks"]] == [0, 1, 2, 3]
+    assert not any("Error: " in w for w in report["warnings"]), report["warnings"]

@@ -17,10 +17,12 @@ from commprof.ingest import names
 from commprof.ingest.decode import NULL, Args, Event, decode_args, decode_correlation
 from commprof.ingest.exact_time import base_ns as exact_base_ns
 from commprof.ingest.exact_time import to_ns
-from commprof.ingest.kineto_comm import COMM_FIELDS, MAX_RANK, CallOps, as_int, bounded_int, comm_fields, process_groups
+from commprof.ingest.kineto_comm import COMM_FIELDS, MAX_RANK, as_int, bounded_int, comm_fields, process_groups
 from commprof.ingest.kineto_cpu import cpu_tables
+from commprof.ingest.kineto_times import launches_of, name_ambiguous
+from commprof.ingest.kineto_times import step_marks as step_marks_of
 from commprof.ingest.plausible import describe, implausible, reference
-from commprof.ingest.schema import COLLECTIVES, INTERVALS, STEP_MARKS
+from commprof.ingest.schema import COLLECTIVES, INTERVALS
 from commprof.ingest.stream import stream_events
 
 _RANK_IN_FILE_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -267,7 +269,7 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
     mode = "gpu" if scan.dev_rows else "cpu"
     cpu_pid = _main_pid(scan)
     sidecar = _pick_sidecar(sidecars, rank if rank_source == "distributedInfo" else None, cpu_pid)
-    step_marks = _step_marks(scan, base_ns, cpu_pid, table_rank, label, warnings)
+    step_marks = step_marks_of(scan, base_ns, cpu_pid, table_rank, label, warnings)
     if mode == "gpu":
         intervals, collectives = _gpu_tables(scan, base_ns, table_rank, label, warnings)
     else:
@@ -303,61 +305,6 @@ def _main_pid(scan: _Pass) -> Any:
     return next((row[0] for row in scan.cpu_rows if row[0] not in scan.gpu_pids), None)
 
 
-def _step_marks(scan: _Pass, base_ns: int, pid: Any, rank: int, label: str, warnings: list[str]) -> pl.DataFrame:
-    rows = [scan.cpu_rows[i] for i in scan.step_rows]
-    start, start_ok = to_ns([r[4] for r in rows])
-    dur, dur_ok = to_ns([r[5] for r in rows])
-    # a step mark far from the trace's other CPU events (ts 0 among epoch times) would make a 56-year step
-    cpu_start, cpu_ok = to_ns([r[4] for r in scan.cpu_rows[:: max(1, len(scan.cpu_rows) // 5000)]])
-    why: Counter[str] = Counter()
-    odd = implausible(start, start + dur, reference(cpu_start[cpu_ok]), why) if rows else np.empty(0, np.bool_)
-    seen: dict[int, tuple[int, int]] = {}
-    unreadable = 0
-    for j, (row_pid, _, name, _, _, _) in enumerate(rows):
-        match = names.PROFILER_STEP.match(name)
-        if row_pid != pid or not match:
-            continue
-        if not (start_ok[j] and dur_ok[j]) or len(match.group(1)) > 18:
-            unreadable += 1
-        elif not odd[j]:
-            seen.setdefault(int(match.group(1)), (int(start[j]) + base_ns, int(start[j] + dur[j]) + base_ns))
-    if unreadable:
-        warnings.append(f"{label}: skipped {unreadable} ProfilerStep marks whose ts, dur or step number is not a "
-                        "number")
-    if why:
-        warnings.append(describe(label, "ProfilerStep marks", why))
-    steps = sorted(seen)
-    return pl.DataFrame(
-        {"rank": [rank] * len(steps), "step": steps, "start_ns": [seen[s][0] for s in steps],
-         "end_ns": [seen[s][1] for s in steps]},
-        schema=STEP_MARKS,
-    )
-
-
-def _launch_times(scan: _Pass, base_ns: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique correlations of the runtime calls and each one's earliest call time (ns)."""
-    if not scan.launches:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    corr_l, ts_l, _ = zip(*scan.launches, strict=True)
-    corr = np.array(corr_l, dtype=np.int64)
-    ts, ok = to_ns(ts_l)
-    corr, ts = corr[ok], ts[ok] + base_ns
-    order = np.lexsort((ts, corr))
-    corr, ts = corr[order], ts[order]
-    unique, first = np.unique(corr, return_index=True)
-    return unique, ts[first]
-
-
-def _launches_of(scan: _Pass, base_ns: int, correlation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each kernel (by correlation): whether the trace holds its launch, and the launch time."""
-    launch_corr, launch_at = _launch_times(scan, base_ns)
-    if launch_corr.size == 0:
-        return np.zeros(correlation.size, np.bool_), np.zeros(correlation.size, np.int64)
-    pos = np.minimum(np.searchsorted(launch_corr, correlation), launch_corr.size - 1)
-    launched = (correlation >= 0) & (launch_corr[pos] == correlation)
-    return launched, np.where(launched, launch_at[pos], 0)
-
-
 def _gpu_tables(
     scan: _Pass, base_ns: int, rank: int, label: str, warnings: list[str]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -374,7 +321,7 @@ def _gpu_tables(
         correlation = as_array.astype(np.int64, copy=False)
     else:  # missing, floats or text: rare writers
         correlation = np.array([-1 if as_int(c) is None else as_int(c) for c in corr], dtype=np.int64)
-    launched, launch_ns = _launches_of(scan, base_ns, correlation)
+    launched, launch_ns = launches_of(scan, base_ns, correlation)
     intervals = pl.DataFrame(
         {
             "rank": np.full(len(start), rank, dtype=np.int32),
@@ -432,7 +379,7 @@ def _gpu_collectives(
         for key, values in cols.items():
             values.append(fields[key])
     if ambiguous:
-        _name_ambiguous(scan, cols["op"], [rows[k] for k in ambiguous], ambiguous, correlation, start)
+        name_ambiguous(scan, cols["op"], [rows[k] for k in ambiguous], ambiguous, correlation, start)
     unknown = np.array([pg is None and size is None for pg, size in zip(cols["pg"], cols["bytes"], strict=True)],
                        dtype=np.bool_)
     pre_window = int((unknown & ~launched[idx]).sum())
@@ -456,30 +403,3 @@ def _gpu_collectives(
         "launch_ns": pl.Series(launch_ns[idx], dtype=pl.Int64).set(pl.Series(~launched[idx]), None),
     }
     return pl.DataFrame({key: frame[key] for key in COLLECTIVES}, schema=COLLECTIVES)
-
-
-def _name_ambiguous(scan: _Pass, ops: list[Any], dev_rows: list[int], out_rows: list[int],
-                    correlation: np.ndarray, start: np.ndarray) -> None:
-    """NCCL runs all-to-all as grouped send/recv, so the kernel says ``SendRecv``; the CPU call its
-    launch happened in (``c10d::alltoall_base_``, ``nccl:all_to_all``) says which collective it was."""
-    calls: list[tuple[Any, int, int, str]] = []
-    cpu = scan.cpu_rows
-    call_rows = [i for i, r in enumerate(cpu) if r[2].startswith(names.CALL_OP_PREFIXES)]
-    call_start, ok_s = to_ns([cpu[i][4] for i in call_rows])
-    call_dur, ok_d = to_ns([cpu[i][5] for i in call_rows])
-    for j, i in enumerate(call_rows):
-        op = names.normalize_op(cpu[i][2])
-        if ok_s[j] and ok_d[j] and op != "unknown":
-            calls.append((cpu[i][1], int(call_start[j]), int(call_start[j] + call_dur[j]), op))
-    if not calls:
-        return
-    finder = CallOps(calls)
-    wanted = {int(correlation[i]) for i in dev_rows}
-    launch_ts, launch_ok = to_ns([t for c, t, _ in scan.launches if c in wanted])
-    where = {c: (tid, int(ts)) for (c, _, tid), ts, ok in zip(
-        (x for x in scan.launches if x[0] in wanted), launch_ts, launch_ok, strict=True) if ok}
-    for i, k in zip(dev_rows, out_rows, strict=True):
-        hit = where.get(int(correlation[i]))
-        call = finder.op_at(*hit) if hit else None
-        if call == "all_to_all" or (call is not None and ops[k] == "unknown"):
-            ops[k] = call

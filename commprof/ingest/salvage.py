@@ -116,22 +116,30 @@ def scan(data: bytearray, sep_at: int, limit: int, base: int, damage: Damage, fi
             return Scanned(events, sep_at, good_end)
         pos = skip_ws(data, pos)
         if pos >= limit:
-            return Scanned(events, -1, good_end)
+            return Scanned(events, -1 if final else sep_at, good_end)
         if data[pos] == 0x7B:  # {
+            counted = (damage.invalid.copy(), damage.repaired) if not final else None
             end, event = _one_event(data, view, pos, limit, damage)
-            if end is None:
-                if not final:
+            after = skip_ws(data, end) if end else pos
+            if counted is not None and (end is None or after >= limit):
+                # not final and nothing after the event yet: it is read again with the next text
+                damage.invalid, damage.repaired = counted
+                return Scanned(events, sep_at, good_end)
+            if end:
+                followed = after < limit and data[after] == 0x2C  # ,
+                if counted is not None and not followed and SEP.search(data, after, limit) is None:
+                    # damage right after it and no boundary yet: read again, with more text, from sep_at
+                    damage.invalid, damage.repaired = counted
                     return Scanned(events, sep_at, good_end)
-            elif end > 0:
                 if event is not None:
                     events.append(event)
                     good_end = end
-                pos = skip_ws(data, end)
-                if pos < limit and data[pos] == 0x2C:  # ,
-                    sep_at, pos = pos, pos + 1
-                    continue
+                pos = after
                 if pos >= limit:
                     return Scanned(events, -1, good_end)
+                if followed:
+                    sep_at, pos = pos, pos + 1
+                    continue
         # damaged text from pos: skip to the next boundary
         match = SEP.search(data, pos + 1, limit) if pos + 1 < limit else None
         if match is None:

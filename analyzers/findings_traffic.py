@@ -175,7 +175,8 @@ def rule_link_efficiency(c: Ctx) -> list[Finding]:
         if c.noise(saving):
             continue
         eff = float((part["eff"] * part["_d"]).sum() / part["_d"].sum())
-        hosts = _common_hosts(c, pgs, tier)
+        healthy = [str(x) for x in per_pg.filter((pl.col("tier") == tier) & (pl.col("eff") >= LOW_EFFICIENCY))["pg"]]
+        hosts = _common_hosts(c, pgs, healthy)
         out.append(Finding(
             id="link_efficiency", key=f"link_efficiency:{tier}:{','.join(hosts) or ','.join(map(str, pgs[:3]))}",
             severity=severity(saving, c.step_ns),
@@ -194,20 +195,26 @@ def rule_link_efficiency(c: Ctx) -> list[Finding]:
     return out
 
 
-def _common_hosts(c: Ctx, pgs: list[str], tier: str) -> list[str]:
-    """Hosts every slow group touches and no healthy group of the same tier does."""
-    groups = c.a.process_groups.filter(pl.col("tier") == tier)
+def _common_hosts(c: Ctx, pgs: list[str], healthy: list[str]) -> list[str]:
+    """The hosts to suspect: those every slow group touches and no healthy one (a group of the tier that
+    moved large messages at the expected rate) does; narrowed to the hosts whose ports the topology
+    capture shows slower than the others', when it shows any."""
     host_of = dict(zip(c.a.ranks["rank"].to_list(), c.a.ranks["host"].to_list(), strict=True))
     sets = {str(r["pg"]): {host_of.get(x) for x in (r["ranks"] or [])} - {None}
-            for r in groups.iter_rows(named=True)}
+            for r in c.a.process_groups.iter_rows(named=True)}
     slow = [sets[p] for p in map(str, pgs) if p in sets]
     if not slow:
         return []
     common = set.intersection(*slow)
-    healthy = [s for p, s in sets.items() if p not in set(map(str, pgs))]
-    for s in healthy:
-        common -= s
-    return sorted(h for h in common if h)
+    for p in healthy:
+        common -= sets.get(p, set())
+    ports = c.a.tables.sidecars.ib_ports
+    if ports.height:
+        rate = ports.group_by("host").agg(pl.col("gbps").max())
+        slower = set(rate.filter(pl.col("gbps") < float(rate["gbps"].max() or 0))["host"].to_list())
+        if common & slower:
+            common &= slower
+    return sorted(str(h) for h in common if h)
 
 
 def _port_note(c: Ctx, hosts: list[str]) -> str:

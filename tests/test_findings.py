@@ -69,6 +69,16 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return kind, _analyze(tmp, "fault", {**base, **fault}), _analyze(tmp, "fixed", {**base, **fix})
 
 
+@pytest.mark.parametrize("name", sorted(n for n in CASES if "straggler" in n or "slow-link" in n))
+def test_the_finding_names_its_subject(name: str, tmp_path: Path) -> None:
+    kind, base, fault, _ = CASES[name]
+    top = next(f for f in _analyze(tmp_path, "fault", {**base, **fault}).findings if f.id == kind)
+    if "straggler" in fault:
+        assert top.ranks == (fault["straggler"],) and top.dimension == "tp"
+    else:
+        assert top.key == f"link_efficiency:ib:{fault['slow_link']}" and fault["slow_link"] in top.title
+
+
 def test_fault_is_the_top_finding_of_its_kind_and_its_saving_is_measured(case: tuple[str, Analysis, Analysis]) -> None:
     kind, faulty, fixed = case
     mine = [f for f in faulty.findings if f.id == kind]

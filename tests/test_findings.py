@@ -32,6 +32,11 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "16-socket-s5": ("nccl_socket_fallback", {**N16, "seed": 5}, {"socket_fallback": True}, {}),
     "16-pp-mb-s6": ("pipeline_bubble", {**PP16, "seed": 6}, {},
                     {"micro_batches": 8, "tokens": 1024}),  # 4x the micro-batches, same global batch
+    # more seeds (and another delay, rank, bucket count) for the faults whose models have the most to guess
+    "16-straggler-s21": ("straggler", {**N16, "seed": 21}, {"straggler": 12, "straggler_us": 1500}, {}),
+    "16-dp-off-s22": ("dp_sync_exposed", {**N16, "seed": 22, "dp_buckets": 2}, {"dp_overlap": False}, {}),
+    "16-pp-mb-s23": ("pipeline_bubble", {**PP16, "seed": 23}, {}, {"micro_batches": 8, "tokens": 1024}),
+    "16-a2a-s24": ("alltoall_imbalance", {**EP16, "seed": 24}, {"alltoall_imbalance": 2.0}, {}),
     "16-tp-across-pp-s13": ("tp_across_nodes", {**PP16, "seed": 13}, {"tp_across_nodes": True}, {}),
     "16-a2a-s7": ("alltoall_imbalance", {**EP16, "seed": 7}, {"alltoall_imbalance": 3.0}, {}),
     # the 64-rank cases share one seed, so that their fixed run is one clean run generated once

@@ -127,3 +127,17 @@ def test_ci_docs_findings_gate_runs_as_written(cli: Cli, tmp_path: Path, monkeyp
             assert comment.split('"')[1] in result.output, (line, result.output)
         ran += 1
     assert ran == 4
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--socket-fallback", "--network", "ethernet"), "--socket-fallback needs --network ib or roce"),
+    (("--alltoall-imbalance", "2"), "needs an ep dimension"),
+    (("--layout", "ep=8,dp=2", "--alltoall-imbalance", "9"), "at most the EP size"),
+    (("--alltoall-imbalance", "0.5"), "at least 1"),
+    (("--desync", "16"), "--desync: rank 16 is not in 0..15"),
+])
+def test_synth_fault_options_refuse_what_cannot_be(cli: Cli, tmp_path: Path, args: tuple[str, ...],
+                                                   message: str) -> None:
+    result = cli("synth", str(tmp_path / "x"), *args)
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -166,3 +166,30 @@ def test_truth_expected_findings_are_found(tmp_path: Path) -> None:
     truth = generate(SynthConfig(**cfg), tmp_path / "run", compresslevel=1)
     found = {f.id for f in commprof.analyze(str(tmp_path / "run")).findings}
     assert {f["id"] for f in truth["findings"]["expected"]} <= found
+
+
+def test_small_latency_bound_messages(tmp_path: Path) -> None:
+    """A 0.1B model on 32 tokens: 64 tree all-reduces of 90 KB per step on NVLink at 25 GB/s of 450."""
+    a = _analyze(tmp_path, "small", dict(nodes=1, gpus_per_node=8, sizes={"tp": 8}, steps=2, micro_batches=4,
+                                         layers=4, model_size_b=0.1, tokens=32, seed=1))
+    (f,) = [f for f in a.findings if f.id == "small_messages"]
+    assert (f.key, f.dimension, f.tier, f.numbers["calls_per_step"]) == ("small_messages:tp:nvlink", "tp", "nvlink", 64)
+    assert 0 < f.saving_ns_per_step <= f.numbers["exposed_transfer_ns_per_step"]
+
+
+def test_barriers_dominating_exposed_time(tmp_path: Path) -> None:
+    from commprof.synth import TraceBuilder
+
+    pg = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]}]
+    for rank in (0, 1):
+        b = TraceBuilder(rank=rank, world_size=2, pg_config=pg)
+        for k in range(3):  # per 2 ms step: 1.2 ms compute, a 0.1 ms all-reduce, a 0.6 ms barrier
+            s = (k + 1) * 2000
+            b.step(k + 1, s, s + 2000).compute(s, s + 1200)
+            for seq, (name, t0, t1) in enumerate((("allreduce", 1200, 1300), ("barrier", 1300, 1900))):
+                b.nccl(s + t0, s + t1, **{"Process Group Name": "0", "Seq": 2 * k + seq, "Collective name": name,
+                                          "In msg nelems": 1 << 20, "dtype": "Float", "Group size": 2})
+        b.write(tmp_path / f"rank-{rank}.json")
+    (f,) = commprof.analyze(str(tmp_path)).findings
+    assert (f.id, f.severity, f.saving_ns_per_step) == ("host_sync", "high", 600_000)
+    assert f.numbers["share_of_exposed"] == pytest.approx(6 / 7)

@@ -168,26 +168,12 @@ def analyze_rank(
     compute = effective_compute(intervals, kind, starts, ends)
     comm = iv.union(collectives["start_ns"].to_numpy(), collectives["end_ns"].to_numpy())
     memory = iv.union(starts[kind == "memory"], ends[kind == "memory"])
-    steps = _step_parts(rank, step_ids, bounds, compute, comm, memory)
-    shared, pg_steps = _collective_shares(rank, collectives, step_ids, bounds, compute)
-    steps = _with_wait_split(steps, pg_steps)
+    shared, pg_steps, window_wait = _collective_shares(rank, collectives, step_ids, bounds, compute)
+    steps = _step_parts(rank, step_ids, bounds, compute, comm, memory, window_wait)
     exposed = iv.clip(iv.subtract(comm, compute), int(bounds[0]), int(bounds[-1])) if bounds.size else iv.EMPTY
     spans = pl.DataFrame({"rank": np.full(exposed[0].size, rank, np.int32), "start_ns": exposed[0],
                           "end_ns": exposed[1]}, schema=SPANS_SCHEMA)
     return RankOverlap(steps, shared, pg_steps, spans, warnings)
-
-
-def _with_wait_split(steps: pl.DataFrame, pg_steps: pl.DataFrame) -> pl.DataFrame:
-    """Exposed comm per step split into wait and transfer; the two add up to it exactly."""
-    wait = pg_steps.group_by("step").agg(pl.col("exposed_wait_ns").sum().alias("_w"))
-    return (
-        steps.drop("exposed_wait_ns", "exposed_transfer_ns")
-        .join(wait, on="step", how="left")
-        .with_columns(pl.min_horizontal(pl.col("_w").fill_null(0.0).round(), pl.col("exposed_comm_ns"))
-                      .cast(pl.Int64).alias("exposed_wait_ns"))
-        .with_columns((pl.col("exposed_comm_ns") - pl.col("exposed_wait_ns")).alias("exposed_transfer_ns"))
-        .select(list(STEPS_SCHEMA))
-    )
 
 
 def effective_compute(
@@ -213,8 +199,11 @@ def effective_compute(
 
 def _step_parts(
     rank: int, step_ids: npt.NDArray[np.int64], bounds: npt.NDArray[np.int64], compute: iv.Union,
-    comm: iv.Union, memory: iv.Union,
+    comm: iv.Union, memory: iv.Union, window_wait: npt.NDArray[np.float64],
 ) -> pl.DataFrame:
+    """The five parts per step, and its exposed comm split into wait (``window_wait``: the exposed wait
+    of the calls' pieces in each window, capped at the step's exposed comm) and transfer; they add up
+    to the step exactly."""
     n = step_ids.size
     if n == 0:
         return pl.DataFrame(schema=STEPS_SCHEMA)
@@ -233,6 +222,7 @@ def _step_parts(
     comp = total(in_c & ~in_m)
     mem = total(in_mem & ~in_c & ~in_m)
     duration = np.diff(bounds)
+    exposed_wait = np.minimum(np.round(window_wait), exposed).astype(np.int64)
     return pl.DataFrame(
         {
             "rank": np.full(n, rank, dtype=np.int32),
@@ -244,8 +234,8 @@ def _step_parts(
             "exposed_comm_ns": exposed,
             "memory_ns": mem,
             "idle_ns": duration - comp - overlapped - exposed - mem,
-            "exposed_wait_ns": np.zeros(n, np.int64),
-            "exposed_transfer_ns": exposed,
+            "exposed_wait_ns": exposed_wait,
+            "exposed_transfer_ns": exposed - exposed_wait,
         },
         schema=STEPS_SCHEMA,
     )
@@ -254,7 +244,7 @@ def _step_parts(
 def _collective_shares(
     rank: int, collectives: pl.DataFrame, step_ids: npt.NDArray[np.int64], bounds: npt.NDArray[np.int64],
     compute: iv.Union,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+) -> tuple[pl.DataFrame, pl.DataFrame, npt.NDArray[np.float64]]:
     """Each collective's share of overlapped and exposed time: an instant where k comm intervals run
     counts 1/k for each, so per-group and per-dimension totals add up to the rank's totals. Collectives
     are cut at step bounds first, so a collective spanning two steps counts in both.
@@ -276,7 +266,7 @@ def _collective_shares(
             pl.lit(0.0).alias("exposed_ns"),
             pl.lit(0.0).alias("exposed_wait_ns"),
         )
-        return out, pl.DataFrame(schema=PG_STEPS_SCHEMA)
+        return out, pl.DataFrame(schema=PG_STEPS_SCHEMA), np.zeros(nwin, np.float64)
     lo, hi = bounds[0], bounds[-1]
     s, e = np.clip(cs, lo, hi), np.clip(ce, lo, hi)
     first = np.clip(np.searchsorted(bounds, s, side="right") - 1, 0, nwin - 1)
@@ -329,4 +319,4 @@ def _collective_shares(
         .select(list(PG_STEPS_SCHEMA))
         .sort("step", "pg")
     )
-    return out, pg_steps
+    return out, pg_steps, np.bincount(win, weights=piece_wait, minlength=nwin).astype(np.float64)

@@ -31,7 +31,6 @@ from commprof.synth_run import make_run  # noqa: E402
 
 PAGES = {"overview": ids.OVERVIEW_BREAKDOWN, "timeline": ids.TIMELINE_GRAPH, "collectives": ids.COLL_SCATTER,
          "topology": ids.TOPO_GRAPH, "skew": ids.SKEW_HEATMAP}
-TIMELINE_RANK_SETS = {"timeline (16 ranks)": None, "timeline (all ranks)": "all"}
 
 
 def render_ms(driver, url: str, graph: str, timeout: float = 60.0) -> float:  # type: ignore[no-untyped-def]

@@ -52,7 +52,7 @@ class RunCache:
         self._analyses: dict[str, Analysis] = {}
         self._failures: dict[str, RunFailed] = {}
         # per-instance caches (a module-level lru_cache on methods would keep every app's runs alive)
-        self.timeline_base = lru_cache(maxsize=8)(self._timeline_base)
+        self._timeline_bases = lru_cache(maxsize=8)(self._timeline_base)
         self.timeline_figure = lru_cache(maxsize=128)(self._timeline_figure)
         self.report = lru_cache(maxsize=8)(self._report)
         self.perfetto = lru_cache(maxsize=2)(self._perfetto)
@@ -163,7 +163,11 @@ class RunCache:
         return out
 
     # ------------------------------------------------------------ timeline
-    def _timeline_base(self, key: str, lanes: str = transforms.RANK_LANES) -> transforms.TimelineBase:
+    def timeline_base(self, key: str, lanes: str = transforms.RANK_LANES) -> transforms.TimelineBase:
+        """The run's timeline rows and boxes, once per (run, lane mode)."""
+        return self._timeline_bases(key, lanes)  # positional: one cache entry whatever the call's spelling
+
+    def _timeline_base(self, key: str, lanes: str) -> transforms.TimelineBase:
         a = self.analysis(key)
         return transforms.timeline_base(a.tables.intervals(), a.collectives, a.steps, a.exposed_spans, lanes,
                                         self.group_names(key))

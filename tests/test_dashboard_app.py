@@ -314,3 +314,23 @@ def test_figure_clicks_open_the_filtered_views(app: Any, cache: RunCache) -> Non
     assert call(app, topo, [{"points": [{"customdata": 99}]}], ["sample"]).status_code in (200, 204)
     assert "url" not in (call(app, topo, [{"points": [{"customdata": 99}]}], ["sample"]).get_json() or {}).get(
         "response", {})
+
+
+@pytest.mark.parametrize(("callback", "inputs", "states", "changed", "output", "said"), [
+    (ids.TIMELINE_WINDOW, ["abc", None], ["sample"], 0, ids.TIMELINE_MESSAGE, "step must be a whole number"),
+    (ids.TIMELINE_WINDOW, ["all", {"xaxis.range[0]": math.nan, "xaxis.range[1]": 1e308}], ["sample"], 1,
+     ids.TIMELINE_MESSAGE, "must be a finite number of ms"),
+    (ids.TIMELINE_GRAPH, [[0, 1], ["x"], "ranks"], ["sample"], 1, ids.TIMELINE_MESSAGE,
+     "a rank must be a whole number"),
+    (ids.TIMELINE_GRAPH, ["abc", [0], "ranks"], ["sample"], 0, ids.TIMELINE_MESSAGE, "must be a pair"),
+    (ids.TIMELINE_GRAPH, [[0, 1], [0], "ranks"], [["sample"]], 0, ids.TIMELINE_MESSAGE, "No run named"),
+    (ids.COLL_TABLE, [{"a": 1}, None, None, None], ["sample"], 0, ids.COLL_MESSAGE, "is not one of this run's"),
+    (ids.SKEW_HEATMAP, [["x"]], ["sample"], 0, ids.SKEW_MESSAGE, "is not one of this run's groups"),
+    (ids.COMPARE_GRAPH, [["x"], "sample"], [], 0, ids.COMPARE_MESSAGE, "No run named"),
+])
+def test_bad_inputs_are_answered_with_a_message(app: Any, callback: str, inputs: list[Any], states: list[Any],
+                                                changed: int, output: str, said: str) -> None:
+    key = next(k for k in app.callback_map if k.lstrip(".").startswith(callback + "."))
+    response = call(app, key, inputs, states, changed=changed)
+    assert response.status_code == 200
+    assert said in response.get_json()["response"][output]["children"]

@@ -218,10 +218,11 @@ def console_errors(driver: Any) -> list[dict[str, object]]:
 def shot(driver: Any, name: str) -> None:
     """A full-page screenshot (the window grows to the page's height for it)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    time.sleep(0.5)  # the other graphs of the page finish drawing
     height = int(driver.execute_script("return Math.max(document.documentElement.scrollHeight, "
                                        "document.body.scrollHeight, document.getElementById('page').scrollHeight)"))
-    driver.set_window_size(1400, min(max(height, 1000), 7000))
-    time.sleep(0.3)
+    driver.set_window_size(1400, min(max(height + 120, 1000), 7000))
+    time.sleep(0.5)
     driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
     driver.set_window_size(1400, 1000)
 

@@ -154,6 +154,10 @@ def test_topology_links_by_group(runs: RunCache) -> None:
     assert len(boxes) == len(set(a.ranks["host"].to_list()))  # one box per host
     links = [t for t in fig.data if t.mode == "lines" and t.fill != "toself"]
     assert links and all("dimension" in t.text[0] and "per step" in t.text[0] for t in links)
+    # up to 16 ranks every rank pair with traffic is drawn, per dimension (no cap: a cut mesh would mislead)
+    pairs = a.traffic.select(pl.min_horizontal("src", "dst").alias("a"), pl.max_horizontal("src", "dst").alias("b"),
+                             "dimension").unique()
+    assert len(links) == pairs.height
     assert {t.line.color for t in links} <= {style.dimension_colour(d) for d in a.traffic["dimension"].unique()}
 
 

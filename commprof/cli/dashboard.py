@@ -78,7 +78,8 @@ def host_warning(host: str, port: int) -> str | None:
         return None
     return (f"commprof: warning: --host {host} serves the dashboard to the network: anyone who can reach this "
             f"machine on port {port} can read these runs (paths, hosts, traces, analysis) — there is no login. "
-            "Use the default 127.0.0.1 with an SSH tunnel (ssh -L 8050:localhost:8050 HOST) to keep them private.")
+            f"Use the default 127.0.0.1 with an SSH tunnel (ssh -L {port}:localhost:{port} HOST) to keep them "
+            "private.")
 
 
 @click.command()
@@ -118,7 +119,9 @@ def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, la
     for problem in problems:
         click.echo(f"commprof: warning: {problem}", err=True)
     app = create_app(runs, cache)
-    click.echo(f"commprof dashboard: {len(runs)} run(s) ({', '.join(runs)}) on http://{host}:{port}/", err=True)
+    failed = f"; {len(failures)} could not be opened ({', '.join(failures)})" if failures else ""
+    click.echo(f"commprof dashboard: {len(runs)} run(s) ({', '.join(runs)}){failed} on http://{host}:{port}/",
+               err=True)
     app.run(host=host, port=port, debug=False)
 
 

@@ -14,6 +14,17 @@ from commprof.dashboard.style import SEVERITY_COLOURS, fmt_ms, fmt_pct
 from commprof.report import analysis_text
 
 TITLE = "Overview"
+# hovers on the CLI table's short headers (the table itself is the CLI's, column for column)
+HEADER_HELP = {
+    "dim": "parallel dimension of the process groups (tp, cp, ep, dp, pp; world; unknown)",
+    "tier": "the link the groups' traffic crosses (nvlink, pcie, ib, roce, ethernet, loopback; unknown)",
+    "groups": "process groups in this row", "ops/step": "collective calls per rank and step",
+    "bytes/step": "message bytes per rank and step", "comm ms/step": "time in comm per rank and step",
+    "exposed ms/step": "comm time with no compute running, per rank and step",
+    "· wait": "of the exposed time: blocked on a later rank", "· transfer": "of the exposed time: moving data",
+    "share of step": "exposed time / step time", "busbw GB/s": "bus bandwidth, time-weighted over the calls",
+    "eff": "busbw / the tier's peak",
+}
 MAX_FINDINGS = 10
 MAX_LINK_RANKS = 16
 
@@ -106,7 +117,7 @@ def dimension_tier_table(cache: RunCache, key: str) -> Any:
             html.Td(dcc.Link(tier, href=href(key, "collectives", tier=tier)), className="text"),
             *[html.Td(c) for c in cells[2:]],
         ]))
-    head = html.Tr([html.Th(c, className="text" if i < 2 else "") for i, c in
+    head = html.Tr([html.Th(c, className="text" if i < 2 else "", title=HEADER_HELP.get(c, "")) for i, c in
                     enumerate(analysis_text.DIM_TIER_COLUMNS)])
     return html.Div([html.H3(analysis_text.DIM_TIER_TITLE),
                      html.Div(html.Table([html.Thead(head), html.Tbody(body)], className="grid"), className="scroll")],

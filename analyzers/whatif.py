@@ -186,17 +186,23 @@ def _hideable(a: Analysis, windows: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(out)
 
 
-def _overlapped_sync(a: Analysis, calls: pl.DataFrame, dims: frozenset[str]) -> pl.DataFrame:
-    """Per (rank, step, pg) of ``dims``: the exposed time of its calls had they run during the backward.
-    The backward is taken as ``BACKWARD_SHARE`` of the step's compute, ending where the step's first call
-    of the group starts; the calls' gradients become ready evenly through it (call k of K at k/K), the
-    calls run one after another on the group's stream, each for its (what-if) duration; what runs past
-    the backward's end is exposed."""
+def overlapped_sync(a: Analysis, calls: pl.DataFrame, dims: frozenset[str],
+                    micro_batches: float | None = None) -> pl.DataFrame:
+    """Per (rank, step, pg) of ``dims``: the exposed time of its calls had they run during the backward
+    of the step's last micro-batch: ``BACKWARD_SHARE`` of the step's compute over the micro-batches
+    (counted in a pipeline, else 1; ``micro_batches`` overrides), ending where the step's first call of
+    the group starts; the calls' gradients become ready evenly through it (call k of K at k/K), the calls
+    run one after another on the group's stream, each for its (what-if) duration; what runs past the
+    backward's end is exposed. ``calls`` carry ``transfer_after_ns``."""
+    if micro_batches is None:
+        shape = pipeline_shape(a, calls)
+        micro_batches = float(shape[1]) if shape else 1.0
     dur = (pl.col("end_ns") - pl.col("start_ns") - pl.col("transfer_ns") + pl.col("transfer_after_ns"))
     mine = (calls.filter(pl.col("dimension").is_in(list(dims)) & pl.col("step").is_not_null())
             .sort("start_ns").group_by("rank", "step", "pg", maintain_order=True)
             .agg(dur.cast(pl.Float64).alias("_durs")))
-    compute = a.steps.select("rank", "step", ((pl.col("compute_ns") + pl.col("overlapped_comm_ns")) * BACKWARD_SHARE)
+    share = BACKWARD_SHARE / max(micro_batches, 1.0)
+    compute = a.steps.select("rank", "step", ((pl.col("compute_ns") + pl.col("overlapped_comm_ns")) * share)
                              .cast(pl.Float64).alias("_bwd"))
     mine = mine.join(compute, on=["rank", "step"], how="left")
     exposed = []
@@ -237,7 +243,7 @@ def exposure_after(a: Analysis, calls: pl.DataFrame, overlap_dims: frozenset[str
     delta_exposed = (comm_after - overlapped_after) - (pl.col("comm_ns") - pl.col("overlapped_ns"))
     out = pgs.with_columns((pl.col("exposed_ns") + delta_exposed).clip(0.0).alias("exposed_after_ns"))
     if overlap_dims:
-        synced = _overlapped_sync(a, calls, overlap_dims)
+        synced = overlapped_sync(a, calls, overlap_dims)
         out = out.join(synced, on=["rank", "step", "pg"], how="left").with_columns(
             pl.when(pl.col("sync_exposed_ns").is_not_null())
             .then(pl.min_horizontal(pl.col("exposed_after_ns"), pl.col("sync_exposed_ns")))
@@ -263,13 +269,14 @@ def pipeline_shape(a: Analysis, calls: pl.DataFrame) -> tuple[int, int] | None:
 def _through_the_pipeline(a: Analysis, calls: pl.DataFrame, pgs: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
     """In a pipeline (1F1B) a step lasts (m + p - 1) micro-batch times: time a change saves inside a
     stage's micro-batches is saved (m + p - 1) / m times over, the extra coming off the pp waits (the
-    bubble) — or added to them when the change costs time."""
+    bubble) — or added to them when the change costs time. The DP sync runs once per step, after the
+    micro-batches, and is not multiplied."""
     shape = pipeline_shape(a, calls)
     if shape is None:
         return pgs
     stages, micro = shape
     amp = (micro + stages - 1) / micro
-    saved = pgs.filter(pl.col("dimension") != "pp").group_by("rank", "step").agg(
+    saved = pgs.filter(~pl.col("dimension").is_in(["pp", "dp"])).group_by("rank", "step").agg(
         (pl.col("exposed_ns") - pl.col("exposed_after_ns")).sum().alias("_inner"))
     pp = pgs.filter(pl.col("dimension") == "pp").join(saved, on=["rank", "step"], how="left").with_columns(
         pl.col("_inner").fill_null(0.0))

@@ -105,3 +105,39 @@ def test_a_what_if_that_touches_nothing_says_so(cli: Cli, runs: dict[str, Path])
     assert w["totals"]["step_ns_after"] == w["totals"]["step_ns"]
     assert [x.split(":")[0] for x in w["warnings"]] == ["cp", "roce=10"]
     assert all("changes nothing" in x for x in w["warnings"])
+
+
+def test_ci_docs_findings_gate_runs_as_written(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/ci.md's "Findings gate" block: every command, as written, with the exit code it states."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "ci.md").read_text()
+    block = text.split("## Findings gate", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    ran = 0
+    for line in block.strip().splitlines():
+        command, _, comment = line.partition("#")
+        args = shlex.split(command)
+        assert args[0] == "commprof"
+        result = cli(*args[1:])
+        want = re.search(r"exit (\d)", comment)
+        assert result.exit_code == (int(want.group(1)) if want else 0), (line, result.output)
+        if want and '"' in comment:
+            assert comment.split('"')[1] in result.output, (line, result.output)
+        ran += 1
+    assert ran == 4
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--socket-fallback", "--network", "ethernet"), "--socket-fallback needs --network ib or roce"),
+    (("--alltoall-imbalance", "2"), "needs an ep dimension"),
+    (("--layout", "ep=8,dp=2", "--alltoall-imbalance", "9"), "at most the EP size"),
+    (("--alltoall-imbalance", "0.5"), "at least 1"),
+    (("--desync", "16"), "--desync: rank 16 is not in 0..15"),
+])
+def test_synth_fault_options_refuse_what_cannot_be(cli: Cli, tmp_path: Path, args: tuple[str, ...],
+                                                   message: str) -> None:
+    result = cli("synth", str(tmp_path / "x"), *args)
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -83,9 +83,10 @@ def straggler_lateness(c: Ctx) -> dict[int, float]:
     first of tp, cp, ep, dp in Megatron's order that has calls; all calls when none is classified):
     once a late rank has held up its TP group, the whole group arrives late at its DP calls, and
     counting those again would charge one delay twice (and blame its victims). Point-to-point calls are
-    pipeline structure, not straggling, and are left out. Ranks within the jitter are not returned."""
+    pipeline structure, not straggling, and are left out, and so are calls whose group was not seen whole
+    (2 traced ranks of a 128-rank group cannot say who was last). Ranks within the jitter are not returned."""
     calls = c.calls.filter(pl.col("match_key").is_not_null() & ~pl.col("op").is_in(list(P2P_OPS))
-                           & (pl.col("matched_ranks") > 1))
+                           & (pl.col("matched_ranks") > 1) & (pl.col("matched_ranks") == pl.col("group_size")))
     if calls.height == 0:
         return {}
     present = set(calls["dimension"].to_list())
@@ -168,15 +169,23 @@ def rule_front_dim_across_nodes(c: Ctx) -> list[Finding]:
         net = crossing["tier"][0]
         row = c.dim_row(dim)
         exposed = float(row.get("exposed_ns_per_step") or 0)
-        changes = [whatif.Change(f"{dim}:{intra}", "move", tier=intra, dimension=dim)]
-        changes += [whatif.Change(f"{d}:{net}", "move", tier=net, dimension=d) for d in inside]
+        # Megatron's placement fills each node with the fastest dimensions: those whose sizes multiplied
+        # in order fit a node stay inside it, the rest cross the network
+        fixed = _megatron_inside(c)
+        if dim not in fixed:
+            continue
+        changes = [whatif.Change(f"{d}:{intra if d in fixed else net}", "move", tier=intra if d in fixed else net,
+                                 dimension=d)
+                   for d in MEGATRON_ORDER if d in _sizes(c) and (d in fixed) != _inside_now(c, d)]
+        inside = [d for d in inside if d not in fixed]
         saving = min(c.saving(changes), exposed)
         if c.noise(saving):
             continue
-        moved = ", ".join(inside)
+        moved = " and ".join(inside) or "nothing else"
         out.append(Finding(
             id="tp_across_nodes", key=f"tp_across_nodes:{dim}", severity=severity(saving, c.step_ns),
-            title=f"{dim.upper()} crosses nodes ({net}) while {moved.upper()} stays inside them ({intra})",
+            title=f"{dim.upper()} crosses nodes ({net}) while {_and(_inside_dims(c))} "
+                  f"{'stays' if len(_inside_dims(c)) == 1 else 'stay'} inside them ({intra})",
             detail=f"{crossing.height} of {mine.height} {dim} groups span {int(crossing['nodes_spanned'].max() or 0)} "
                    f"nodes; {dim} moves {float(row.get('bytes_per_step') or 0) / 1e9:.2f} GB and "
                    f"{float(row.get('ops_per_step') or 0):.0f} calls per rank-step, exposing {ms(exposed)} "
@@ -190,6 +199,39 @@ def rule_front_dim_across_nodes(c: Ctx) -> list[Finding]:
             numbers={"exposed_ns_per_step": exposed, "groups_crossing": float(crossing.height),
                      "bytes_per_step": float(row.get("bytes_per_step") or 0)}))
     return out
+
+
+def _and(dims: list[str]) -> str:
+    return " and ".join(d.upper() for d in dims)
+
+
+def _sizes(c: Ctx) -> dict[str, int]:
+    pgs = c.a.process_groups.filter(pl.col("size") > 1)
+    return {str(d): int(s) for d, s in pgs.group_by("dimension").agg(pl.col("size").max()).iter_rows()
+            if d in MEGATRON_ORDER}
+
+
+def _inside_now(c: Ctx, dim: str) -> bool:
+    g = c.a.process_groups.filter((pl.col("dimension") == dim) & (pl.col("size") > 1))
+    return bool(g.height) and bool((g["nodes_spanned"] == 1).all())
+
+
+def _inside_dims(c: Ctx) -> list[str]:
+    return [d for d in MEGATRON_ORDER if d in _sizes(c) and _inside_now(c, d)]
+
+
+def _megatron_inside(c: Ctx) -> set[str]:
+    """The dimensions Megatron's order (tp fastest) keeps inside a node of this run's size."""
+    per_host = c.a.ranks.group_by("host").len()["len"]
+    gpn = int(per_host.max() or 1) if per_host.len() else 1
+    sizes, inside, prod = _sizes(c), set(), 1
+    for d in MEGATRON_ORDER:
+        if d in sizes:
+            prod *= sizes[d]
+            if prod > gpn:
+                break
+            inside.add(d)
+    return inside
 
 
 # ------------------------------------------------------------------------------------------ DP sync
@@ -270,8 +312,8 @@ def rule_pipeline_bubble(c: Ctx) -> list[Finding]:
     recvs = pp.filter(pl.col("op") == "recv").group_by("rank", "step").len()
     if bubble <= 0 or recvs.height == 0:
         return []
-    micro = int(recvs.group_by("rank").agg(pl.col("len").median())["len"].min() or 1)
-    stages = int(c.a.process_groups.filter(pl.col("dimension") == "pp")["size"].max() or 2)
+    shape = whatif.pipeline_shape(c.a, c.calls)
+    stages, micro = shape if shape else (2, 1)
     saving = min(bubble * (1 - 1 / MICRO_BATCH_FACTOR), exposed)
     if c.noise(saving):
         return []

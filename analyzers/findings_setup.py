@@ -144,7 +144,8 @@ def rule_desync(c: Ctx) -> list[Finding]:
             id="desync", key=f"desync:trace:{','.join(map(str, ranks[:8]))}", severity="high",
             title=f"desync: rank(s) {', '.join(map(str, ranks[:8]))} called a different collective than their "
                   f"group at {bad['match_key'].n_unique()} call(s)",
-            detail=f"at {first['match_key']} rank {first['rank']} ran {first['op']} while its peers ran "
+            detail=f"at call '{first['match_key']}' (process group {first['pg']}) rank {first['rank']} ran "
+                   f"{first['op']} while its peers ran "
                    f"{', '.join(sorted(set(peers['op'].to_list()) - {first['op']}) or sorted(set(peers['op'])))}"
                    f" (ops or sizes differ across the members of one matched call). NCCL matches calls by order: "
                    "such a run hangs or silently corrupts tensors.",
@@ -180,7 +181,8 @@ def _desync_flight_recorder(c: Ctx) -> list[Finding]:
             id="desync", key=f"desync:flight_recorder:{','.join(map(str, ranks[:8]))}", severity="high",
             title=f"desync in the Flight Recorder dumps: rank(s) {', '.join(map(str, ranks[:8]))} recorded a "
                   f"different collective at {bad['key'].n_unique()} sequence number(s)",
-            detail=f"at {first['key']} rank {first['rank']} recorded {first['op']}{_sizes_note(fr, first['key'])}.",
+            detail=f"at '{first['key']}' (process group {first['pg']}, collective_seq_id) rank {first['rank']} "
+                   f"recorded {first['op']}{_sizes_note(fr, first['key'])}.",
             action="the first mismatching sequence number is where the ranks diverged: read that rank's stack "
                    "(py-spy dump, or the dump's frames) for a rank-dependent branch",
             saving_ns_per_step=0, saving_model="not a time saving: a correctness fault (hang or wrong results)",

@@ -246,6 +246,41 @@ def exposure_after(a: Analysis, calls: pl.DataFrame, overlap_dims: frozenset[str
     return result
 
 
+def pipeline_shape(a: Analysis, calls: pl.DataFrame) -> tuple[int, int] | None:
+    """(stages p, micro-batches m) of a pipelined run: p the pp groups' size, m the median number of
+    receives per rank-step on the first stage (which receives only gradients, one per micro-batch)."""
+    pp = a.process_groups.filter((pl.col("dimension") == "pp") & (pl.col("size") > 1))
+    if pp.height == 0:
+        return None
+    recvs = calls.filter((pl.col("dimension") == "pp") & (pl.col("op") == "recv")).group_by("rank", "step").len()
+    if recvs.height == 0:
+        return None
+    medians = recvs.group_by("rank").agg(pl.col("len").median().cast(pl.Float64))["len"]
+    micro = round(float(medians.min() or 1.0))  # type: ignore[arg-type]
+    return int(pp["size"].max() or 2), max(micro, 1)
+
+
+def _through_the_pipeline(a: Analysis, calls: pl.DataFrame, pgs: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
+    """In a pipeline (1F1B) a step lasts (m + p - 1) micro-batch times: time a change saves inside a
+    stage's micro-batches is saved (m + p - 1) / m times over, the extra coming off the pp waits (the
+    bubble) — or added to them when the change costs time."""
+    shape = pipeline_shape(a, calls)
+    if shape is None:
+        return pgs
+    stages, micro = shape
+    amp = (micro + stages - 1) / micro
+    saved = pgs.filter(pl.col("dimension") != "pp").group_by("rank", "step").agg(
+        (pl.col("exposed_ns") - pl.col("exposed_after_ns")).sum().alias("_inner"))
+    pp = pgs.filter(pl.col("dimension") == "pp").join(saved, on=["rank", "step"], how="left").with_columns(
+        pl.col("_inner").fill_null(0.0))
+    share = pl.col("exposed_after_ns") / pl.col("exposed_after_ns").sum().over("rank", "step")
+    extra = ((amp - 1) * pl.col("_inner") * share.fill_nan(0.0).fill_null(0.0))
+    pp = pp.with_columns((pl.col("exposed_after_ns") - extra).clip(0.0).alias("exposed_after_ns")).drop("_inner")
+    notes.append(f"pipeline of {stages} stages and about {micro} micro-batches: changes inside the stages "
+                 f"count {amp:.2f}x, the difference taken from the pp waits")
+    return pl.concat([pgs.filter(pl.col("dimension") != "pp"), pp.select(pgs.columns)])
+
+
 def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, float] | None = None,
              pg_peaks: dict[str, float] | None = None) -> WhatIf:
     """The what-if estimate for ``changes`` (see the module doc). ``straggler_saving_ns``: per straggler
@@ -274,12 +309,15 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
     for c in changes:
         if c.kind == "bandwidth":
             peak_after = pl.when(tier_after == c.tier).then(pl.lit(c.gbps)).otherwise(peak_after)
+    _warn_unmatched(calls, changes, warnings)
     if not calls.height:
         calls = calls.with_columns(pl.lit(None, pl.Float64).alias("transfer_after_ns"))
     else:
         calls = new_transfer(calls, tier_after, peak_after)
     overlap = frozenset(c.dimension for c in changes if c.kind == "overlap" and c.dimension)
     pgs = exposure_after(a, calls, overlap)
+    notes: list[str] = []
+    pgs = _through_the_pipeline(a, calls, pgs, notes)
     per_rank_step = pgs.group_by("rank", "step").agg(
         (pl.col("exposed_ns") - pl.col("exposed_after_ns")).sum().alias("_saved"))
     steps = a.steps.join(per_rank_step, on=["rank", "step"], how="left").with_columns(
@@ -312,9 +350,24 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
     if overlap:
         method += (f"; overlap of {', '.join(sorted(overlap))}: its calls run during the backward (2/3 of the "
                    "step's compute), ready evenly through it")
-    if straggler_saving_ns:
+    if straggler_saving_ns and any(c.kind == "straggler" for c in changes):
         method += "; straggler lateness removed"
+    method += "".join(f"; {n}" for n in notes)
     return WhatIf(tuple(c.text for c in changes), ranks, totals, by_dim, method, tuple(warnings))
+
+
+def _warn_unmatched(calls: pl.DataFrame, changes: list[Change], warnings: list[str]) -> None:
+    """A change that touches no call of the run says so, instead of estimating "no change"."""
+    dims = set(calls["dimension"].to_list()) if calls.height else set()
+    tiers = set(calls["tier"].to_list()) if calls.height else set()
+    moved = {c.tier for c in changes if c.kind in ("move", "retier")}
+    for c in changes:
+        if c.kind in ("move", "overlap") and c.dimension not in dims:
+            warnings.append(f"{c.text}: this run has no {c.dimension} calls (dimensions: "
+                            f"{', '.join(sorted(d for d in dims if d)) or 'none'}); it changes nothing")
+        elif c.kind == "bandwidth" and c.tier not in tiers | moved:
+            warnings.append(f"{c.text}: no call of this run runs on {c.tier} (tiers: "
+                            f"{', '.join(sorted(t for t in tiers if t)) or 'none'}); it changes nothing")
 
 
 def _peak_of(a: Analysis, changes: list[Change], tier: str) -> float | None:

@@ -25,7 +25,8 @@ from test_dashboard_browser import Server, make_driver  # noqa: E402
 
 import commprof  # noqa: E402
 from commprof.dashboard import create_app, ids  # noqa: E402
-from commprof.dashboard.cache import warmed  # noqa: E402
+from commprof.dashboard.cache import MAX_TIMELINE_RANKS, warmed  # noqa: E402
+from commprof.dashboard.transforms import RANK_LANES  # noqa: E402
 from commprof.synth_run import make_run  # noqa: E402
 
 PAGES = {"overview": ids.OVERVIEW_BREAKDOWN, "timeline": ids.TIMELINE_GRAPH, "collectives": ids.COLL_SCATTER,
@@ -87,12 +88,13 @@ def main() -> None:
             # the timeline with every rank selected, and a zoomed window, as server-side payloads
             cache = app.commprof_cache  # type: ignore[attr-defined]
             base = cache.timeline_base(key)
-            all_ranks = tuple(base.rows["rank"].unique().sort().to_list())
+            # every rank the page draws at most (it caps "all ranks" at MAX_TIMELINE_RANKS)
+            all_ranks = tuple(base.rows["rank"].unique().sort().to_list()[:MAX_TIMELINE_RANKS])
             span = base.end_ns - base.origin_ns
             for label, window in (("whole run", (base.origin_ns, base.end_ns)),
                                   ("1% zoom", (base.origin_ns + span // 2, base.origin_ns + span // 2 + span // 100))):
                 t = time.perf_counter()
-                fig, info = cache.timeline_figure(key, *window, all_ranks)
+                fig, info = cache.timeline_figure(key, *window, all_ranks, RANK_LANES)
                 built = (time.perf_counter() - t) * 1e3
                 payload = len(fig.to_json())
                 rows.append((key, f"timeline all {len(all_ranks)} ranks, {label} (server)", built, float("nan"),

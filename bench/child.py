@@ -44,6 +44,21 @@ def _rank_dir(files: list[str]) -> str:
     return folder
 
 
+def _ranks_by_name(files: list[str], folder: str) -> dict[int, str] | None:
+    """{rank: file} from names like rank-3.json.gz. HTA 0.5.0 finds a file's rank with the regex
+    ``"rank":\\s+(\\d+)``, which needs a space after the colon: compact JSON (commprof synth's) reads as
+    rank 0 for every file and HTA silently analyzes one rank. None (HTA's own lookup) otherwise."""
+    import re
+
+    ranks = {}
+    for f in files:
+        match = re.search(r"rank[-_]?(\d+)", os.path.basename(f))
+        if match is None:
+            return None
+        ranks[int(match.group(1))] = os.path.join(folder, os.path.basename(f))
+    return ranks if len(ranks) == len(files) > 1 else None
+
+
 def run_hta(files: list[str]) -> dict[str, Any]:
     from hta.trace_analysis import TraceAnalysis
 
@@ -51,7 +66,7 @@ def run_hta(files: list[str]) -> dict[str, Any]:
     trace_dir = _rank_dir(files)
     try:
         t0 = time.perf_counter()
-        analysis = TraceAnalysis(trace_dir=trace_dir)
+        analysis = TraceAnalysis(trace_files=_ranks_by_name(files, trace_dir), trace_dir=trace_dir)
         t1 = time.perf_counter()
         overlap = analysis.get_comm_comp_overlap(visualize=False)
         t2 = time.perf_counter()

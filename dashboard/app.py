@@ -53,6 +53,7 @@ table.grid td:first-child, table.grid th:first-child, table.grid td.text, table.
 .finding .title { font-weight: 600; } .finding .links a { margin-right: 12px; }
 .badge { display: inline-block; color: white; border-radius: 3px; padding: 0 6px; font-size: 11px; margin-right: 6px; }
 a { color: #1565c0; }
+.cell-markdown p, .dash-cell-value p { margin: 0; }
 """
 
 
@@ -79,7 +80,8 @@ def message_page(title: str, text: str) -> Any:
 
 def index_page(cache: RunCache) -> Any:
     """A line per run: what it is, its headline figures, or why it cannot be shown."""
-    head = ["run", "source", "ranks", "hosts", "steps", "mean step", "exposed comm", "overlap", "status"]
+    head = ["run", "source", "ranks", "hosts", "steps", "mean step", "exposed comm", "overlap", "top finding",
+            "status"]
     rows = []
     for key in cache.keys():
         problem = cache.check(key)
@@ -96,14 +98,25 @@ def index_page(cache: RunCache) -> Any:
             html.Td(fmt_ms(t.get("step_ns"))),
             html.Td(f"{fmt_ms(t.get('exposed_comm_ns'))} ({fmt_pct(t.get('exposed_comm_pct_of_step'))})"),
             html.Td(fmt_pct(t.get("overlap_pct"))),
+            html.Td(_top_finding(cache, key), className="text", style={"whiteSpace": "normal"}),
             html.Td(f"{len(a.warnings)} warning(s)" if a.warnings else "ok", className="text"),
         ]))
-    table = html.Table([html.Thead(html.Tr([html.Th(h, className="text" if h in ("run", "source", "status")
+    table = html.Table([html.Thead(html.Tr([html.Th(h, className="text" if h in ("run", "source", "top finding",
+                                                                                   "status")
                                                     else "") for h in head])), html.Tbody(rows)],
                        className="grid", id=ids.INDEX_TABLE)
     more = [dcc.Link("compare two runs", href="/compare")] if len(cache.keys()) > 1 else []
     return html.Div([html.H2("Runs"), html.P("Times are means per rank and step.", className="muted"),
                      html.Div(table, className="scroll"), html.P(more)])
+
+
+def _top_finding(cache: RunCache, key: str) -> str:
+    found = cache.findings(key)
+    if not found:
+        return "none" if cache.findings_computed(key) else "–"
+    first = found[0]
+    return f"[{getattr(first, 'severity', '?')}] {getattr(first, 'title', '')}" + (
+        f" (+{len(found) - 1} more)" if len(found) > 1 else "")
 
 
 def route(cache: RunCache, pathname: str | None, search: str | None = None) -> tuple[Any, Any]:

@@ -119,6 +119,16 @@ class RunCache:
         found = getattr(self.analysis(key), "findings", ())
         return tuple(found) if isinstance(found, (tuple, list)) else ()
 
+    def finding_ranks(self, key: str, finding: Any, limit: int = DEFAULT_TIMELINE_RANKS * 2) -> list[int]:
+        """The ranks that show a finding: its own, then the members of its groups (a straggler and the
+        peers that wait for it; a bubble's pipeline stages), at most ``limit``."""
+        out = [int(r) for r in (getattr(finding, "ranks", ()) or ())]
+        pgs = self.analysis(key).process_groups
+        members = dict(zip(pgs["pg"].cast(pl.String).to_list(), pgs["ranks"].to_list(), strict=True))
+        for pg in getattr(finding, "pgs", ()) or ():
+            out += [int(r) for r in (members.get(str(pg)) or [])]
+        return sorted(list(dict.fromkeys(out))[:limit])  # its own ranks first, then its groups
+
     def findings_computed(self, key: str) -> bool:
         return bool(getattr(self.analysis(key), "findings_computed", False))
 
@@ -164,7 +174,7 @@ class RunCache:
         a = self.analysis(key)
         chosen: list[int] = []
         for finding in self.findings(key)[:1]:
-            chosen += [int(r) for r in getattr(finding, "ranks", ())]
+            chosen += self.finding_ranks(key, finding, DEFAULT_TIMELINE_RANKS)
         worst = a.stragglers.filter(pl.col("caused_wait_ns_per_step") > 0).sort(
             "caused_wait_ns_per_step", "rank", descending=[True, False]).head(1)
         if worst.height and not chosen:
@@ -204,7 +214,9 @@ class RunCache:
         return sizes.select(
             pl.col("pg").cast(pl.String),
             pl.col("pg").cast(pl.String).replace(names).alias("group"), "dimension", "tier", "op",
-            pl.col("bytes"), transforms.size_text("bytes").str.replace("size unknown", "unknown").alias("size"),
+            pl.col("bytes"),
+            pl.when(pl.col("op") == "barrier").then(pl.lit("none (barrier)"))
+            .otherwise(transforms.size_text("bytes").str.replace("size unknown", "unknown")).alias("size"),
             pl.col("count").alias("calls"), "ranks",
             (pl.col("mean_ns") / 1e6).round(4).alias("mean_ms"),
             (pl.col("exposed_ns_per_step") / 1e6).round(4).alias("exposed_ms_per_step"),

@@ -23,6 +23,7 @@ MAX_SKEW_COLUMNS = 300
 MAX_HEATMAP_RANKS = 64
 MAX_FIGURE_PX = 6000
 RANK_LINKS_UP_TO = 16  # ranks: beyond, the topology draws host-to-host links only
+MAX_LINKS = 48  # links drawn at most (the heaviest)
 FONT = {"family": "system-ui, sans-serif", "size": 12}
 
 
@@ -90,6 +91,16 @@ def exposed_by_figure(frame: pl.DataFrame, by: str) -> go.Figure:
                marker={"color": colours, "opacity": 0.35}, offsetgroup="overlapped", customdata=names,
                hovertemplate=f"{by} %{{x}}<br>%{{y:.3f}} ms per step hidden behind compute<extra></extra>"),
     ])
+    # the bars take their dimension's (tier's) colour: the legend explains the three styles in grey
+    for trace in fig.data:
+        trace.showlegend = False
+    for name, group, marker in (
+            ("exposed · transfer", "exposed", {"color": "#616161"}),
+            ("exposed · waiting for late ranks", "exposed", {"color": "#616161",
+                                                             "pattern": {"shape": "x", "fgcolor": "#ffffff"}}),
+            ("overlapped (hidden)", "overlapped", {"color": "#616161", "opacity": 0.35})):
+        fig.add_trace(go.Bar(name=name, x=[names[0]], y=[0], marker=marker, offsetgroup=group, showlegend=True,
+                             hoverinfo="skip"))
     fig.update_layout(barmode="group", yaxis_title="ms per step", xaxis={"title": by, "type": "category"},
                       legend={"orientation": "h", "y": -0.25, "x": 0}, height=380)
     _base(fig, title, margin={"t": 80, "l": 70, "r": 20, "b": 90})
@@ -112,8 +123,13 @@ def _category_style(category: str) -> tuple[str, str, float]:
     return f"comm · {dimension}", style.dimension_colour(dimension), 10
 
 
+# Scattergl draws on a WebGL canvas at twice the figure's pixels (plotly's plotGlPixelRatio): a timeline
+# figure of at most 4,000 px keeps that canvas under the browser's 8,192-px limit.
+MAX_TIMELINE_PX = 4000
+
+
 def timeline_lane_px(lanes: int) -> int:
-    return 22 if lanes <= 64 else 16
+    return 22 if lanes <= 64 else max(6, min(14, (MAX_TIMELINE_PX - 130) // max(lanes, 1)))
 
 
 def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, window: tuple[int, int]
@@ -148,7 +164,7 @@ def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, 
             trace.update(hoverinfo="skip")
         fig.add_trace(trace)
     lanes = max(rows.height, 1)
-    height = min(MAX_FIGURE_PX, 130 + timeline_lane_px(lanes) * lanes)
+    height = min(MAX_TIMELINE_PX, 130 + timeline_lane_px(lanes) * lanes)
     lo, hi = ((window[0] - origin_ns) / 1e6, (window[1] - origin_ns) / 1e6)
     fig.update_layout(
         height=height, xaxis={"range": [lo, hi], "title": "ms since the run's first event", "side": "bottom"},
@@ -252,6 +268,9 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
     centre = {h: ((x0 + x1) / 2, (y0 + y1) / 2) for h, x0, y0, x1, y1 in boxes}
     where: dict[Any, tuple[float, float]] = {**pos} if rank_level else {**centre}
     pairs = _link_pairs(traffic, host_links, rank_level)
+    all_links = pairs.height
+    if all_links > MAX_LINKS:  # a full mesh of 32 hosts is a solid disk: keep the heaviest, say so
+        pairs = pairs.sort("bytes_per_step", "a", "b", descending=[True, False, False]).head(MAX_LINKS)
     top = float(pairs["bytes_per_step"].max() or 0.0) if pairs.height else 0.0  # type: ignore[arg-type]
     dims = sorted(set(pairs["dimension"].to_list())) if pairs.height else []
     fig = go.Figure()
@@ -281,32 +300,48 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
         for r in own.iter_rows(named=True):
             inside.setdefault(r["src_host"], []).append(
                 f"{r['dimension']} ({r['tier']}) {style.fmt_bytes(r['bytes_per_step'])}/step inside")
+    written = len(boxes) <= 8  # beyond, a host's own traffic is in its box's hover (no room to write it)
     for host, x0, y0, x1, y1 in boxes:  # boxes over the links, ranks over the boxes
+        own = "<br>".join(inside.get(host, [])) or "no traffic inside"
         fig.add_trace(go.Scatter(x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], mode="lines", fill="toself",
                                  fillcolor="rgba(245,247,248,0.92)", line={"color": "#78909c", "width": 1},
-                                 showlegend=False, hoverinfo="skip"))
+                                 showlegend=False, hoveron="fills", text=f"{host}<br>{own}",
+                                 hovertemplate="%{text}<extra></extra>"))
         fig.add_annotation(x=x0, y=y1, text=f"<b>{host}</b>", showarrow=False, xanchor="left", yanchor="bottom",
-                           font={"size": 11})
-        if host in inside:
+                           font={"size": 11 if len(boxes) <= 16 else 9})
+        if host in inside and written:
             fig.add_annotation(x=x0, y=y0, text="<br>".join(inside[host]), showarrow=False, xanchor="left",
                                yanchor="top", font={"size": 9, "color": "#455a64"}, align="left")
+    if rank_level:  # links between ranks of one host run inside its box: the box goes under them
+        n_boxes = len(boxes)
+        fig.data = fig.data[-n_boxes:] + fig.data[:-n_boxes]
     order = sorted(pos)
     host_of = dict(zip(ranks["rank"].to_list(), ranks["host"].fill_null("?").to_list(), strict=True))
     fig.add_trace(go.Scatter(
-        x=[pos[r][0] for r in order], y=[pos[r][1] for r in order], mode="markers+text", name="rank",
-        showlegend=False,
+        x=[pos[r][0] for r in order], y=[pos[r][1] for r in order], name="rank",
+        mode="markers+text" if len(order) <= 64 else "markers", showlegend=False,
         text=[str(r) for r in order], textposition="middle center", customdata=order,
         textfont={"size": 9 if len(order) <= 64 else 7, "color": "white"},
         marker={"size": 22 if len(order) <= 64 else 14, "color": "#37474f", "symbol": "square"},
         hovertext=[f"rank {r} on {host_of.get(r, '?')} (click for its timeline)" for r in order],
         hovertemplate="%{hovertext}<extra></extra>",
     ))
+    notes = []
     if pairs.height and set(pairs["tier"].to_list()) == {UNKNOWN}:
-        _note(fig, "every link tier is unknown: start the dashboard with --network ib|roce|ethernet")
+        notes.append("every link tier is unknown: start the dashboard with --network ib|roce|ethernet")
+    if inside and not written:
+        notes.append("hover a host's box for the traffic inside it")
+    if all_links > MAX_LINKS:
+        notes.append(f"the {MAX_LINKS} heaviest of {all_links} links drawn (the matrix below has them all)")
+    if len(order) > 64:
+        notes.append("hover a square for its rank")
+    if notes:
+        _note(fig, "; ".join(notes))
     xs = [v for b in boxes for v in (b[1], b[3])]
     ys = [v for b in boxes for v in (b[2], b[4])]
     span_x, span_y = max(xs) - min(xs), max(ys) - min(ys)
-    height = min(MAX_FIGURE_PX, max(420, int(130 + 900 * span_y / max(span_x, span_y, 1e-9))))
+    scale = 520 if len(boxes) <= 3 else 900
+    height = min(MAX_FIGURE_PX, max(420, int(130 + scale * span_y / max(span_x, span_y, 1e-9))))
     fig.update_layout(height=height, hovermode="closest", legend={"title": "links by dimension"},
                       xaxis={"visible": False, "range": [min(xs) - 0.6, max(xs) + 0.6]},
                       yaxis={"visible": False, "scaleanchor": "x", "range": [min(ys) - 1.6, max(ys) + 0.9]})
@@ -347,7 +382,9 @@ def traffic_figure(matrix: pl.DataFrame, ranks: list[int], hosts: dict[int, str]
                   "ticktext": [style.fmt_bytes(10.0 ** t) for t in ticks]},
         hoverongaps=False, hovertemplate=f"{what} %{{y}} → {what} %{{x}}<br>%{{customdata}} per step<extra></extra>"))
     side = min(MAX_FIGURE_PX, max(440, 14 * len(labels) + 170))
-    fig.update_layout(xaxis={"title": f"to {what}", "type": "category"},
+    long_ticks = what == "host" and max((len(x) for x in labels), default=0) * len(labels) > 120
+    fig.update_layout(xaxis={"title": f"to {what}", "type": "category", "tickangle": -90 if long_ticks else 0,
+                             "automargin": True},
                       yaxis={"title": f"from {what}", "type": "category", "autorange": "reversed"}, height=side)
     return _base(fig, title)
 

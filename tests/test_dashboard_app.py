@@ -143,10 +143,14 @@ def test_timeline_state_goes_into_the_url(app: Any, cache: RunCache) -> None:
     key = _key(app, "url.search")
     step = base.steps.row(1, named=True)
     response = call(app, key, [[step["start_ns"], step["end_ns"]], [0, 1, 2, 3, 7], "ranks"],
-                    [str(step["step"]), "sample"])
+                    [str(step["step"]), "sample", ""])
     search = response.get_json()["response"]["url"]["search"]
     assert search == f"?step={step['step']}&ranks=0-3%2C7"
     assert state.parse_query(search) == {"step": str(step["step"]), "ranks": "0-3,7"}
+    # the URL already says so: no new history entry
+    again = call(app, key, [[step["start_ns"], step["end_ns"]], [0, 1, 2, 3, 7], "ranks"],
+                 [str(step["step"]), "sample", search])
+    assert again.status_code in (200, 204) and "url" not in (again.get_json() or {}).get("response", {})
 
 
 CRAFTED = ["abc", math.nan, math.inf, 1e308, -1e308, ["x"], [["x"]], {"a": 1}, [1, 2, 3], None, True, -1, 2**70,
@@ -283,3 +287,30 @@ def test_cli_warns_when_served_to_the_network(tmp_path: Path, served: dict[str, 
     assert "warning: --host 0.0.0.0 serves the dashboard to the network" in result.output
     assert host_warning("127.0.0.1", 1) is None and host_warning("localhost", 1) is None
     assert host_warning("::", 8050) is not None
+
+
+def test_figure_clicks_open_the_filtered_views(app: Any, cache: RunCache) -> None:
+    """A skew cell opens the timeline of its group at the step of the row's longest wait; a topology rank
+    and a breakdown bar open their rank's timeline; a dimension or tier bar opens its collectives."""
+    a = cache.analysis("sample")
+    row = a.rank_group_waits.sort("wait_ns_per_step", descending=True).row(0, named=True)
+    skew = call(app, next(
+        k for k, v in app.callback_map.items() if v["inputs"][0]["id"] == ids.SKEW_GROUPS),
+        [{"points": [{"customdata": [row["rank"], row["pg"], row["max_wait_step"]]}]}], ["sample"])
+    target = skew.get_json()["response"]["url"]["href"]
+    members = a.process_groups.filter(a.process_groups["pg"] == row["pg"])["ranks"][0].to_list()
+    assert target == state.href("sample", "timeline", ranks=sorted(members), step=row["max_wait_step"])
+    topo = next(k for k, v in app.callback_map.items() if v["inputs"][0]["id"] == ids.TOPO_GRAPH)
+    answer = call(app, topo, [{"points": [{"customdata": 3}]}], ["sample"]).get_json()["response"]
+    assert answer["url"]["href"] == "/run/sample/timeline?ranks=3"
+    over = next(k for k, v in app.callback_map.items() if v["inputs"][0]["id"] == ids.OVERVIEW_BREAKDOWN)
+    clicks = [{"points": [{"customdata": 6}]}, None, None]
+    assert call(app, over, clicks, ["sample"]).get_json()["response"]["url"]["href"] == \
+        "/run/sample/timeline?ranks=6"
+    clicks = [None, None, {"points": [{"customdata": "loopback"}]}]
+    assert call(app, over, clicks, ["sample"], changed=2).get_json()["response"]["url"]["href"] == \
+        "/run/sample/collectives?tier=loopback"
+    # a rank the run does not have goes nowhere
+    assert call(app, topo, [{"points": [{"customdata": 99}]}], ["sample"]).status_code in (200, 204)
+    assert "url" not in (call(app, topo, [{"points": [{"customdata": 99}]}], ["sample"]).get_json() or {}).get(
+        "response", {})

@@ -218,7 +218,8 @@ def console_errors(driver: Any) -> list[dict[str, object]]:
 def shot(driver: Any, name: str) -> None:
     """A full-page screenshot (the window grows to the page's height for it)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    height = int(driver.execute_script("return Math.max(document.documentElement.scrollHeight, "
+                                       "document.body.scrollHeight, document.getElementById('page').scrollHeight)"))
     driver.set_window_size(1400, min(max(height, 1000), 7000))
     time.sleep(0.3)
     driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
@@ -267,10 +268,12 @@ def test_findings_link_to_their_evidence(browser: Any, server: Server) -> None:
     browser.get(f"{server.url}/run/s64/overview")
     finding = wait_for(browser, f"#{ids.OVERVIEW_FINDINGS} .finding", text="Rank 13 is a straggler")
     assert "could save ~1.50 ms per step" in finding.text and "What to change" in finding.text
-    finding.find_element(By.PARTIAL_LINK_TEXT, "timeline of 2 rank(s)").click()
-    wait_for(browser, f"#{ids.TIMELINE_INFO}", text="2 rank(s)")
+    # its ranks and its group's: rank 13 and the DP peers that wait for it
+    finding.find_element(By.PARTIAL_LINK_TEXT, "timeline of 8 rank(s)").click()
+    wait_for(browser, f"#{ids.TIMELINE_INFO}", text="8 rank(s)")
     assert "/run/s64/timeline?" in browser.current_url
-    assert state.parse_query(browser.current_url.split("?")[1]) == {"ranks": "5,13", "step": "1"}
+    assert state.parse_query(browser.current_url.split("?")[1]) == {"ranks": "5,13,21,29,37,45,53,61",
+                                                                    "step": "1"}
     assert "window" in browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_INFO}").text
     check_lanes(browser, "finding -> timeline")
     browser.back()
@@ -413,8 +416,8 @@ def test_256_ranks(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> No
         shot(browser, "s256-timeline-all")
         browser.get(f"{srv.url}/run/s256/topology")
         wait_plot(browser, ids.TOPO_TRAFFIC, timeout=60)
-        size = browser.execute_script(f"return document.querySelector('#{ids.TOPO_TRAFFIC} .js-plotly-plot').data[0]"
-                                      ".z.length")
+        size = browser.execute_script(
+            f"return document.querySelector('#{ids.TOPO_TRAFFIC} .js-plotly-plot')._fullData[0].z.length")
         assert size == 32  # host x host
         assert console_errors(browser) == []
     finally:

@@ -189,3 +189,32 @@ def test_dimension_colours_when_classified(runs: RunCache) -> None:
     fig = figures.timeline_figure(segs, base.rows, base.origin_ns, (base.origin_ns, base.end_ns))
     tp = next(t for t in fig.data if t.name == "comm · tp")
     assert tp.line.color == "#1f77b4"
+
+
+def test_figures_stay_within_browser_limits_at_1024_ranks() -> None:
+    """1,024 ranks on 128 hosts: the timeline (even past the page's 128-rank cap) stays under 4,000 px, so
+    its 2x WebGL canvas stays under 8,192; heatmaps roll up to hosts and stay under MAX_FIGURE_PX."""
+    ranks = list(range(1024))
+    hosts = {r: f"node-{r // 8:03d}" for r in ranks}
+    rows = pl.DataFrame({"row": list(range(2048)), "rank": [r for r in ranks for _ in range(2)],
+                         "label": [f"rank {r} {lane}" for r in ranks for lane in ("compute", "comm")]})
+    segs = pl.DataFrame({"row": [0, 2047], "category": ["compute", "compute"], "start_ns": [0, 0],
+                         "end_ns": [10, 10]})
+    fig = figures.timeline_figure(segs, rows, 0, (0, 100))
+    assert fig.layout.height <= figures.MAX_TIMELINE_PX and 2 * fig.layout.height <= 8192
+    assert list(fig.layout.yaxis.range) == [2047.5, -0.5]
+    traffic = pl.DataFrame({"src": ranks, "dst": [(r + 8) % 1024 for r in ranks], "dimension": ["dp"] * 1024,
+                            "tier": ["ib"] * 1024, "bytes_per_step": [1e6] * 1024})
+    heat = figures.traffic_figure(traffic, ranks, hosts)
+    assert np.asarray(heat.data[0].z).shape == (128, 128) and heat.layout.height <= figures.MAX_FIGURE_PX
+    waits = pl.DataFrame({"rank": ranks, "pg": [str(r % 8) for r in ranks], "dimension": ["dp"] * 1024,
+                          "tier": ["ib"] * 1024, "matched_calls": [3] * 1024, "wait_ns_per_step": ranks,
+                          "max_wait_ns": ranks, "max_wait_step": [0] * 1024})
+    cells, by = transforms.skew_by_group(waits, hosts, {}, figures.MAX_HEATMAP_RANKS)
+    skew = figures.skew_group_figure(cells, by, None)
+    assert by == "host" and len(skew.data[0].y) == 128 and skew.layout.height <= figures.MAX_FIGURE_PX
+    host_links = transforms.host_traffic(traffic, hosts)
+    topo = figures.topology_figure(pl.DataFrame({"rank": ranks, "host": [hosts[r] for r in ranks]}), traffic,
+                                   host_links)
+    assert topo.layout.height <= figures.MAX_FIGURE_PX
+    assert sum(1 for t in topo.data if t.mode == "lines" and t.fill != "toself") <= figures.MAX_LINKS

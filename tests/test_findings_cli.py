@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from commprof.synth import SynthConfig, TraceBuilder, generate
+from commprof.report.findings_text import finding_lines
+from commprof.synth import SynthConfig, generate
 
 Cli = Callable[..., Result]
 SMALL = dict(nodes=2, gpus_per_node=8, sizes={"tp": 8, "dp": 2}, steps=2, micro_batches=2, layers=2, seed=3)
@@ -19,11 +20,9 @@ SMALL = dict(nodes=2, gpus_per_node=8, sizes={"tp": 8, "dp": 2}, steps=2, micro_
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("findings-cli")
-    out = {"bad": root / "bad", "good": root / "good", "empty": root / "empty"}
+    out = {"bad": root / "bad", "good": root / "good"}
     generate(SynthConfig(**SMALL, tp_across_nodes=True), out["bad"], compresslevel=1)
     generate(SynthConfig(**SMALL), out["good"], compresslevel=1)
-    out["empty"].mkdir()
-    TraceBuilder(rank=0, world_size=1).write(out["empty"] / "rank-0.json")  # no step to analyze
     return out
 
 
@@ -33,7 +32,8 @@ def test_text_starts_with_the_top_findings_and_their_savings(cli: Cli, runs: dic
     assert lines[1].startswith("  1. [high] TP crosses nodes (ib) while DP stays inside them (nvlink) — saves ~")
     assert lines[2].strip().startswith("fix: place tp fastest")
     assert cli("analyze", str(runs["good"])).stdout.startswith("Findings: none")
-    assert cli("analyze", str(runs["empty"])).stdout.startswith("Findings: not computed")
+    assert finding_lines({"findings_computed": False, "findings": []}) == [
+        "Findings: not computed (no analyzed step in this run)"]
 
 
 def test_json_and_markdown_carry_the_same_findings(cli: Cli, runs: dict[str, Path]) -> None:
@@ -47,7 +47,8 @@ def test_json_and_markdown_carry_the_same_findings(cli: Cli, runs: dict[str, Pat
     assert f"1. [high] {f['title']}" in md and f"{f['saving_ns_per_step'] / 1e6:.2f} ms/step" in md
 
 
-def test_check_fails_on_a_finding_passes_without_and_skips_when_not_computed(cli: Cli, runs: dict[str, Path]) -> None:
+def test_check_fails_on_a_finding_passes_without_and_skips_when_not_computed(cli: Cli, runs: dict[str, Path],
+                                                                            tmp_path: Path) -> None:
     bad = cli("check", str(runs["bad"]), "--fail-on-findings", "high", "--format", "json")
     assert bad.exit_code == 1
     rule = next(r for r in json.loads(bad.stdout)["rules"] if r["name"] == "fail_on_findings")
@@ -55,9 +56,16 @@ def test_check_fails_on_a_finding_passes_without_and_skips_when_not_computed(cli
     good = cli("check", str(runs["good"]), "--fail-on-findings", "info", "--format", "json")
     assert good.exit_code == 0
     assert next(r for r in json.loads(good.stdout)["rules"] if r["name"] == "fail_on_findings")["status"] == "pass"
-    empty = cli("check", str(runs["empty"]), "--fail-on-findings", "high", "--format", "json")
+    # a saved report without findings (another tool, or an older commprof) cannot pass the gate: skip
+    report = json.loads(cli("analyze", str(runs["bad"]), "--format", "json").stdout)
+    for key in ("findings", "findings_computed"):
+        report.pop(key)
+    saved = tmp_path / "no-findings.json"
+    saved.write_text(json.dumps(report))
+    empty = cli("check", str(saved), "--fail-on-findings", "high", "--format", "json")
     assert empty.exit_code == 0
-    assert next(r for r in json.loads(empty.stdout)["rules"] if r["name"] == "fail_on_findings")["status"] == "skip"
+    rule = next(r for r in json.loads(empty.stdout)["rules"] if r["name"] == "fail_on_findings")
+    assert rule["status"] == "skip" and "holds no findings" in rule["detail"]
 
 
 def test_diff_reports_new_and_gone_findings(cli: Cli, runs: dict[str, Path]) -> None:
@@ -88,3 +96,12 @@ def test_bad_what_if_is_one_line_exit_2(cli: Cli, runs: dict[str, Path], value: 
     result = cli("analyze", str(runs["good"]), "--what-if", value)
     assert result.exit_code == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_what_if_that_touches_nothing_says_so(cli: Cli, runs: dict[str, Path]) -> None:
+    doc = json.loads(cli("analyze", str(runs["good"]), "--what-if", "cp:nvlink", "--what-if", "roce=10",
+                         "--format", "json").stdout)
+    w = doc["what_if"]
+    assert w["totals"]["step_ns_after"] == w["totals"]["step_ns"]
+    assert [x.split(":")[0] for x in w["warnings"]] == ["cp", "roce=10"]
+    assert all("changes nothing" in x for x in w["warnings"])

@@ -92,7 +92,8 @@ def _findings_rule(report: dict[str, Any], threshold: str) -> RuleResult:
                         checked=len(findings))
     if not report.get("findings_computed"):  # "no finding" would be a gate that cannot fail
         result.status = SKIP
-        result.detail = "findings could not be computed for this run (no analyzed step)"
+        result.detail = ("findings could not be computed for this run (no analyzed step)" if "findings_computed"
+                         in report else "the report holds no findings (written without the findings analyzer)")
         return result
     for f in findings:
         severity = str(f.get("severity", "")).lower()

@@ -13,7 +13,8 @@ from commprof.cli.common import allow_partial_option
 @click.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--perfetto", "perfetto_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Write a Chrome/Perfetto JSON trace here (open in ui.perfetto.dev or chrome://tracing).")
+              help="Write a Chrome/Perfetto JSON trace here (open in ui.perfetto.dev or chrome://tracing); "
+                   "- for standard output.")
 @click.option("--split-ranks", "split_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Also write one Kineto-style trace per rank into this folder (readable by commprof).")
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None, help="Processes that parse traces.")
@@ -29,12 +30,22 @@ def export(path: str, perfetto_path: Path, split_dir: Path | None, jobs: int | N
     run = open_run_with_progress(path, jobs, allow_partial=allow_partial)
     trace = perfetto.build(commprof.analyze(run))
     try:
-        perfetto.write(trace, perfetto_path)
+        if str(perfetto_path) == "-":
+            import json
+            import sys
+
+            json.dump(trace, sys.stdout, separators=(",", ":"))
+            sys.stdout.write("\n")
+        else:
+            perfetto.write(trace, perfetto_path)
         if split_dir is not None:
             split_dir.mkdir(parents=True, exist_ok=True)
             for rank, part in split_by_rank(trace).items():
                 perfetto.write(part, split_dir / f"rank-{rank}.json")
+    except BrokenPipeError:
+        raise  # `| head`: the CLI entry handles it
     except OSError as err:
         raise UsageError(f"cannot write the export: {err.strerror}", err.filename) from None
     events = len(trace["traceEvents"])
-    click.echo(f"wrote {perfetto_path} ({events} events, {len(run.rank_files)} ranks)", err=True)
+    where = "standard output" if str(perfetto_path) == "-" else perfetto_path
+    click.echo(f"wrote {where} ({events} events, {len(run.rank_files)} ranks)", err=True)

@@ -254,7 +254,7 @@ def _md_table(columns: list[str], rows: list[list[str]]) -> str:
 def render_markdown(report: dict[str, Any]) -> str:
     out = ["# commprof analysis", "", *finding_lines(report, markdown=True), ""]
     if report.get("what_if"):
-        out += ["## What-if (an estimate)", "", *what_if_lines(report), ""]
+        out += ["## What-if (an estimate)", "", *what_if_lines(report, markdown=True), ""]
     out += [headline(report), ""]
     for title, columns, rows in sections(report):
         if rows:

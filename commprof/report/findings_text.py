@@ -30,31 +30,32 @@ def finding_lines(report: dict[str, Any], top: int = TOP_FINDINGS, markdown: boo
         saving = f["saving_ns_per_step"]
         worth = (f"saves ~{_ms(saving)} ms/step{_share(saving, step)}" if saving
                  else "saving not estimated" if f["saving_model"].startswith("not estimated") else "not a time cost")
-        bullet = f"{i}." if markdown else f"  {i}."
-        lines.append(f"{bullet} [{f['severity']}] {f['title']} — {worth}")
-        indent = "   " if markdown else "       "
+        number = f"{i}." if markdown else f"  {i}."
+        lines.append(f"{number} [{f['severity']}] {f['title']} — {worth}")
+        indent = "   - " if markdown else "       "
         lines.append(f"{indent}fix: {f['action']}")
     if len(found) > top:
         lines.append(f"{'' if markdown else '  '}... {len(found) - top} more in --format json (findings[])")
     return lines
 
 
-def what_if_lines(report: dict[str, Any]) -> list[str]:
+def what_if_lines(report: dict[str, Any], markdown: bool = False) -> list[str]:
     w = report.get("what_if")
     if not w:
         return []
+    bullet = "- " if markdown else "  "
     t = w["totals"]
     change = (t["step_ns_after"] or 0) - (t["step_ns"] or 0)
     lines = [
         f"What-if {' + '.join(w['changes'])} (an ESTIMATE, not a measurement): mean step {_ms(t['step_ns'])} -> "
         f"{_ms(t['step_ns_after'])} ms ({'+' if change >= 0 else ''}{_ms(change)} ms), exposed comm "
         f"{_ms(t['exposed_comm_ns'])} -> {_ms(t['exposed_comm_ns_after'])} ms",
-        f"  how: {w['method']}",
+        f"{bullet}how: {w['method']}",
     ]
     dims = [d for d in w["dimensions"] if d["exposed_ns_per_step"] != d["exposed_ns_per_step_after"]]
     if dims:
-        lines.append("  exposed per dimension: " + ", ".join(
+        lines.append(f"{bullet}exposed per dimension: " + ", ".join(
             f"{d['dimension']} {_ms(d['exposed_ns_per_step'])} -> {_ms(d['exposed_ns_per_step_after'])} ms"
             for d in dims))
-    lines += [f"  warning: {x}" for x in w["warnings"]]
+    lines += [f"{bullet}warning: {x}" for x in w["warnings"]]
     return lines

@@ -17,6 +17,8 @@ COLUMNS = ("metric", "run A", "run B", "B − A", "change")
 
 
 def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"  # the run has no such dimension or tier (or nothing decided the value)
     if unit == "ms":
         return fmt_ms(value)
     if unit == "%":
@@ -30,7 +32,7 @@ def _delta(value: float | None, unit: str) -> str:
     if value is None:
         return "–"
     if unit == "%":
-        return f"{value:+.1f} points"
+        return ("+" if value >= 0 else "−") + f"{abs(value):.1f} points"
     text = _fmt(abs(value), unit)
     return ("+" if value >= 0 else "−") + text
 
@@ -95,7 +97,8 @@ def register(app: Dash, cache: RunCache) -> None:
         deltas = transforms.compare(cache.compare_values(a), cache.compare_values(b))
         rows = [{"metric": r["metric"], "run A": _fmt(r["a"], r["unit"]),
                  "run B": _fmt(r["b"], r["unit"]), "B − A": _delta(r["delta"], r["unit"]),
-                 "change": "–" if r["delta_pct"] is None or r["unit"] == "%" else f"{r['delta_pct']:+.1f}%"}
+                 "change": "–" if r["delta_pct"] is None or r["unit"] == "%" else
+                 ("+" if r["delta_pct"] >= 0 else "−") + f"{abs(r['delta_pct']):,.1f}%"}
                 for r in deltas.iter_rows(named=True)]
         notes = differences(cache, a, b)
         note = ("Not like for like: " + "; ".join(notes) + ". Read the deltas with care."

@@ -15,7 +15,7 @@ from commprof.report import analysis_text
 
 TITLE = "Overview"
 MAX_FINDINGS = 10
-MAX_LINK_RANKS = 64
+MAX_LINK_RANKS = 16
 
 
 def _tile(label: str, value: str, sub: str, tid: str) -> Any:
@@ -42,10 +42,10 @@ def headline(cache: RunCache, key: str) -> Any:
     ], className="headline", id=ids.OVERVIEW_HEADLINE)
 
 
-def evidence_links(key: str, finding: Any) -> list[Any]:
-    """Where a finding's numbers can be seen: the timeline of its ranks (and first step), the skew and
-    collectives pages filtered to its groups, dimension and tier."""
-    ranks = [int(r) for r in (getattr(finding, "ranks", ()) or ())][:MAX_LINK_RANKS]
+def evidence_links(cache: RunCache, key: str, finding: Any) -> list[Any]:
+    """Where a finding's numbers can be seen: the timeline of its ranks and its groups' (at its first
+    step), the skew and collectives pages filtered to its groups, dimension and tier."""
+    ranks = cache.finding_ranks(key, finding, MAX_LINK_RANKS)
     steps = [int(s) for s in (getattr(finding, "steps", ()) or ())]
     pgs = [str(p) for p in (getattr(finding, "pgs", ()) or ())]
     dimension, tier = getattr(finding, "dimension", None), getattr(finding, "tier", None)
@@ -83,7 +83,7 @@ def findings_section(cache: RunCache, key: str) -> Any:
                                 title=model)]),
             html.Div(str(getattr(f, "detail", ""))),
             html.Div(["What to change: ", str(getattr(f, "action", ""))]) if getattr(f, "action", "") else None,
-            html.Div(evidence_links(key, f), className="links"),
+            html.Div(evidence_links(cache, key, f), className="links"),
         ], className="finding", style={"borderLeftColor": SEVERITY_COLOURS.get(severity, "#999")},
             **{"data-finding": str(getattr(f, "key", ""))}))
     more = len(found) - MAX_FINDINGS

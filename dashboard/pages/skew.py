@@ -56,7 +56,8 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
     clocks = a.host_clocks
     clock_text = "" if clocks.height < 2 else " Host clocks aligned from matched end times: " + "; ".join(
         f"{r['host']} {r['offset_ns'] / 1e6:+.4f} ms (residual {r['residual_ns'] / 1e6:.4f} ms, {r['fit']})"
-        for r in clocks.head(8).iter_rows(named=True)) + ("; …" if clocks.height > 8 else "") + "."
+        for r in clocks.head(4).iter_rows(named=True)) + (
+        f"; … ({clocks.height} hosts)" if clocks.height > 4 else "") + "."
     pgs = sorted({str(p) for p in a.rank_group_waits["pg"].to_list()}, key=lambda p: (len(p), p))
     problem = ""
     try:

@@ -86,7 +86,7 @@ def _set_value(draw: st.DrawFn, doc: dict[str, Any], what: list[str], raws: list
     """One field of one event (or of the header) set to a hostile value. True if an event that
     ingest counts surely becomes unreadable (its ts or dur is no number)."""
     events = doc["traceEvents"]
-    if draw(st.integers(0, 9)) == 0 or not events:
+    if draw(st.integers(0, 9)) == 0 or not events or not isinstance(events, list):
         key = draw(st.sampled_from(HEADER_FIELDS + [f"distributedInfo.{k}" for k in DIST_FIELDS]))
         target, name = (doc.setdefault("distributedInfo", {}), key.split(".")[1]) if "." in key else (doc, key)
         if not isinstance(target, dict):

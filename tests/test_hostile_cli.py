@@ -94,6 +94,7 @@ MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
     "rank-metric-text": lambda d: d["ranks"][0].__setitem__("exposed_pct_of_step", "abc"),
     "ranks-object": lambda d: d.__setitem__("ranks", {"0": 1}),
     "run-text": lambda d: d.__setitem__("run", "-inf"),
+    "run-without-path": lambda d: d["run"].pop("path"),
     "totals-list": lambda d: d.__setitem__("totals", [1, 2]),
     "step-400-digits": lambda d: d["totals"].__setitem__("step_ns", 10**400),
     "straggler-rank-null": lambda d: d["skew"].__setitem__("stragglers", [{"rank": None}]),

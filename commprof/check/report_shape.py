@@ -25,9 +25,9 @@ class _Loose(msgspec.Struct, forbid_unknown_fields=False):
 
 
 class Run(_Loose):
+    path: str  # the check headline names the run by it
     world_size: int | None = None
     hta_compat: bool | None = None
-    path: Text = None
 
 
 class Totals(_Loose):

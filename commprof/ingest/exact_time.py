@@ -28,7 +28,10 @@ def to_ns(values: Sequence[Any]) -> tuple[I64, Mask]:
     if len(values) == 0:
         return np.empty(0, np.int64), np.empty(0, np.bool_)
     if type(values[0]) is int:  # whole µs, the common case: one numpy call, no polars allocation
-        arr = np.asarray(values)
+        try:
+            arr = np.asarray(values)
+        except (ValueError, TypeError, OverflowError):  # a list among the numbers ("ts": [])
+            arr = np.empty(0, np.float64)
         if arr.dtype.kind == "i" and arr.ndim == 1 and np.abs(arr).max() <= MAX_US:
             return arr.astype(np.int64, copy=False) * 1000, np.ones(len(values), np.bool_)
     if len(values) <= SMALL:

@@ -193,9 +193,12 @@ class _Reader:
             self._report(closed=True)
             return bytes(data[close + 1 :])
         cut = last_boundary(data, self.open_at + 1)
-        if cut > 0:
-            self._read_up_to(cut)
-            self._trim(cut)
+        if cut > 0:  # the sound part in one decode; if it is not sound (or the cut is inside a string),
+            try:     # everything left is read event by event below
+                self._deliver(_decode_array(data, self.open_at, cut), self.base + cut)
+                self._trim(cut)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                pass
         if self.result.events == 0 and not truncated_gzip and _is_complete_json(self.data):
             raise NotATraceError("not a Kineto trace: the events array holds no event objects", path)
         scanned = scan(self.data, self.open_at, len(self.data), self.base, self.damage, final=True)

@@ -16,6 +16,8 @@ stays on the (shared) file system and each worker reads only its rank.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import multiprocessing
 import os
 import sys
@@ -28,9 +30,9 @@ from typing import Any
 
 from commprof.errors import CommprofError, UsageError
 
-# bytes of work in one batch before worker processes pay off (each costs ~0.3 s to start and import);
+# bytes of work in one batch (trace JSON for ingest, Parquet for the analysis) before worker processes pay off
 # COMMPROF_PARALLEL_MIN_BYTES overrides
-PARALLEL_MIN_BYTES = 8 << 20
+PARALLEL_MIN_BYTES = 32 << 20
 WORKER_BASE_BYTES = 250 << 20  # an idle worker with polars, numpy and msgspec imported, and headroom
 SCHEDULER_ENV = "COMMPROF_SCHEDULER"
 
@@ -66,6 +68,28 @@ def guarded(fn: Callable[..., Any], *args: Any) -> Outcome:
         return Outcome(error="out of memory")
     except Exception as err:  # noqa: BLE001 - a bug in one rank's task must not stop the other ranks
         return Outcome(error=f"{type(err).__name__}: {err}")
+
+
+# jemalloc (polars' allocator) hands freed pages back at once instead of after its 10 s decay: a
+# worker's resident memory then stays near one task's needs across hundreds of tasks
+_WORKER_JEMALLOC = "dirty_decay_ms:0,muzzy_decay_ms:0"
+
+
+def _init_worker() -> None:
+    """Runs in each pool worker before any task (so before polars loads its allocator)."""
+    os.environ.setdefault("_RJEM_MALLOC_CONF", _WORKER_JEMALLOC)
+
+
+def pooled(fn: Callable[..., Any], *args: Any) -> Outcome:
+    """:func:`guarded`, then give the task's freed memory back to the system (a worker lives for many
+    tasks: without this its RSS creeps up by what the allocators keep; measured in bench_scale.py)."""
+    outcome = guarded(fn, *args)
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
+    return outcome
 
 
 class Runner:
@@ -182,30 +206,36 @@ class LocalPool(Runner):
         n = self._wanted(weights, max(weights, default=0))
         if n <= 1 and self._pool is None:
             return InProcess().run(fn, tasks, weights, phase, progress)
-        if self._pool is None:
-            self.workers = n
-            self._pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
+        if self._pool is None and not self._start(n):
+            return InProcess().run(fn, tasks, weights, phase, progress)
         tally = _Tally(phase, weights, progress)
         results: dict[int, Outcome] = {}
         lost = self._submit_all(fn, tasks, tally, results)
-        if lost and not results:
-            # not one task came back: the workers could not start (e.g. a script calling open_run()
-            # without an ``if __name__ == "__main__":`` guard, which "spawn" re-imports)
-            self._broken = True
-            self.close()
-            for i in lost:
-                results[i] = guarded(fn, *tasks[i])
-                tally.tick(i, results[i])
-        elif lost:
+        if lost:
             self._retry_alone(fn, tasks, lost, tally, results)
         return [results[i] for i in range(len(tasks))]
+
+    def _start(self, n: int) -> bool:
+        """Start the pool and see a worker answer. Workers that cannot start (e.g. a script calling
+        open_run() without an ``if __name__ == "__main__":`` guard, which "spawn" re-imports) mean this
+        process does the work; a pool that breaks later broke on a task (see _retry_alone)."""
+        self.workers = n
+        self._pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_init_worker)
+        try:
+            self._pool.submit(os.getpid).result()
+        except BrokenProcessPool:
+            self._broken = True
+            self.close()
+            return False
+        return True
 
     def _submit_all(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], tally: _Tally,
                     results: dict[int, Outcome]) -> list[int]:
         """Run the batch; the indexes of tasks lost to a broken pool (a worker that died)."""
         assert self._pool is not None
         try:
-            pending: dict[Future[Outcome], int] = {self._pool.submit(guarded, fn, *args): i
+            pending: dict[Future[Outcome], int] = {self._pool.submit(pooled, fn, *args): i
                                                    for i, args in enumerate(tasks)}
         except BrokenProcessPool:
             self.close()
@@ -232,9 +262,9 @@ class LocalPool(Runner):
         fails."""
         context = multiprocessing.get_context("spawn")
         for i in lost:
-            with ProcessPoolExecutor(max_workers=1, mp_context=context) as alone:
+            with ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_init_worker) as alone:
                 try:
-                    results[i] = alone.submit(guarded, fn, *tasks[i]).result()
+                    results[i] = alone.submit(pooled, fn, *tasks[i]).result()
                 except BrokenProcessPool:
                     results[i] = Outcome(error="its worker process died (killed, or out of memory?)")
             tally.tick(i, results[i])
@@ -271,7 +301,7 @@ class DaskRunner(Runner):
 
         tally = _Tally(phase, weights, progress)
         batch = uuid.uuid4().hex[:8]
-        futures = [self.client.submit(guarded, fn, *args, key=f"commprof-{phase}-{batch}-{i}", pure=False)
+        futures = [self.client.submit(pooled, fn, *args, key=f"commprof-{phase}-{batch}-{i}", pure=False)
                    for i, args in enumerate(tasks)]
         index = {f.key: i for i, f in enumerate(futures)}
         results: dict[int, Outcome] = {}

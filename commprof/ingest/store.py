@@ -171,7 +171,8 @@ def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: lis
     not cached, so the next open tries it again."""
     if runner.remote:  # the workers do not share our working directory
         todo = [replace(e, path=e.path.absolute(), label=e.label or str(e.path)) for e in todo]
-    outcomes = runner.run(parse_one, [(e, cache, sidecars) for e in todo], [e.size for e in todo], "ingest", progress)
+    weights = [_text_bytes(e) for e in todo]
+    outcomes = runner.run(parse_one, [(e, cache, sidecars) for e in todo], weights, "ingest", progress)
     metas = []
     for entry, outcome in zip(todo, outcomes, strict=True):
         if outcome.error is None:
@@ -180,6 +181,19 @@ def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: lis
         metas.append({"file": entry.label or str(entry.path), "rel": entry.rel, "skipped": outcome.error,
                       "failed": True, "warnings": [f"{outcome.error}; rank skipped, the other ranks are analyzed"]})
     return metas
+
+
+def _text_bytes(entry: FileEntry) -> int:
+    """The trace's JSON size, what a worker's memory and the MB/s follow: a gzip file says it in its
+    last 4 bytes (modulo 4 GiB, so never taken below the compressed size)."""
+    if not entry.path.name.endswith(".gz"):
+        return entry.size
+    try:
+        with entry.path.open("rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            return max(entry.size, int.from_bytes(fh.read(4), "little"))
+    except OSError:
+        return entry.size
 
 
 def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], str]:

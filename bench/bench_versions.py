@@ -31,7 +31,7 @@ OUT_JSON = REPO / ".bench" / "versions.json"
 
 # One measured run; only the standard library at the top so the import cost is timed apart.
 CHILD = r"""
-import json, resource, sys, tempfile, time
+import json, resource, shutil, sys, tempfile, time
 t0 = time.perf_counter()
 import commprof, commprof.run
 from commprof.report import analysis_json
@@ -51,6 +51,7 @@ else:  # before the single analysis: Run.analyze() and a report built from the r
     t2 = time.perf_counter()
     report = analysis_json.build(run, analysis)
 t3 = time.perf_counter()
+shutil.rmtree(cache, ignore_errors=True)
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 print(json.dumps({"import_s": imported - t0, "ingest_s": t1 - imported, "analyze_s": t2 - t1,

@@ -30,9 +30,13 @@ from typing import Any
 
 from commprof.errors import CommprofError, UsageError
 
-# bytes of work in one batch (trace JSON for ingest, Parquet for the analysis) before worker processes pay off
-# COMMPROF_PARALLEL_MIN_BYTES overrides
-PARALLEL_MIN_BYTES = 32 << 20
+# Bytes of work in one batch before starting worker processes pays off, per phase: trace JSON for ingest,
+# interval Parquet (about 1/40 of the JSON) for the analysis. Starting two spawn workers costs about a
+# second of imports and each task pays its pickling both ways, so a batch must hold several seconds of
+# work: 64 ranks of 0.5 MB JSON (34 MB) ran 1.5x slower in a pool than here on 2 cores (bench_versions).
+# A pool already started is reused for a later batch of a quarter of that. COMMPROF_PARALLEL_MIN_BYTES
+# overrides both (0 forces the pool).
+PARALLEL_MIN_BYTES = {"ingest": 128 << 20, "analysis": 4 << 20}
 WORKER_BASE_BYTES = 250 << 20  # an idle worker with polars, numpy and msgspec imported, and headroom
 SCHEDULER_ENV = "COMMPROF_SCHEDULER"
 
@@ -80,15 +84,32 @@ def _init_worker() -> None:
     os.environ.setdefault("_RJEM_MALLOC_CONF", _WORKER_JEMALLOC)
 
 
-def pooled(fn: Callable[..., Any], *args: Any) -> Outcome:
-    """:func:`guarded`, then give the task's freed memory back to the system (a worker lives for many
-    tasks: without this its RSS creeps up by what the allocators keep; measured in bench_scale.py)."""
-    outcome = guarded(fn, *args)
-    gc.collect()
+_TRIM_ABOVE_BYTES = 48 << 20  # resident growth since the worker's first task that is handed back
+_worker_base_rss: list[int] = []
+
+
+def _rss_bytes() -> int:
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def pooled(fn: Callable[..., Any], *args: Any) -> Outcome:
+    """:func:`guarded`, then give freed memory back to the system when the worker holds more than
+    _TRIM_ABOVE_BYTES over what it held before its first task (a worker lives for many tasks: without
+    this its RSS creeps up by what the allocators keep; measured in bench_scale.py). A collection and
+    a trim cost ~25 ms, more than a small rank's whole task, so small tasks skip them."""
+    if not _worker_base_rss:
+        _worker_base_rss.append(_rss_bytes())
+    outcome = guarded(fn, *args)
+    if _rss_bytes() - _worker_base_rss[0] > _TRIM_ABOVE_BYTES:
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass  # not glibc
     return outcome
 
 
@@ -180,7 +201,7 @@ def _can_spawn() -> bool:
 class LocalPool(Runner):
     """A ``spawn`` process pool (not fork: the parent runs polars' thread pool, and a forked child can
     inherit a held lock). ``workers=None`` sizes it from the cores and free memory and uses it only for
-    batches of at least PARALLEL_MIN_BYTES; an explicit count always uses it (when it is > 1)."""
+    batches of at least PARALLEL_MIN_BYTES of the phase; an explicit count always uses it (when it is > 1)."""
 
     def __init__(self, workers: int | None = None) -> None:
         self.requested = workers
@@ -191,20 +212,21 @@ class LocalPool(Runner):
     def describe(self) -> str:
         return f"{self.workers} local processes" if self._pool else "in process"
 
-    def _wanted(self, weights: Sequence[int], largest: int) -> int:
+    def _wanted(self, weights: Sequence[int], largest: int, phase: str) -> int:
         if self._broken or len(weights) < 2 or not _can_spawn():
             return 1
         if self.requested is not None:
             return min(self.requested, len(weights))
-        threshold = int(os.environ.get("COMMPROF_PARALLEL_MIN_BYTES", PARALLEL_MIN_BYTES))
-        if self._pool is None and sum(weights) < threshold:
+        override = os.environ.get("COMMPROF_PARALLEL_MIN_BYTES")
+        threshold = int(override) if override else PARALLEL_MIN_BYTES.get(phase, PARALLEL_MIN_BYTES["ingest"])
+        if sum(weights) < (threshold if self._pool is None else threshold // 4):
             return 1
         return default_workers(largest, len(weights))
 
     def run(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], weights: Sequence[int],
             phase: str, progress: ProgressFn | None = None) -> list[Outcome]:
-        n = self._wanted(weights, max(weights, default=0))
-        if n <= 1 and self._pool is None:
+        n = self._wanted(weights, max(weights, default=0), phase)
+        if n <= 1:
             return InProcess().run(fn, tasks, weights, phase, progress)
         if self._pool is None and not self._start(n):
             return InProcess().run(fn, tasks, weights, phase, progress)

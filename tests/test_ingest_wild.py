@@ -70,7 +70,9 @@ _TIMES = st.one_of(
     st.integers(-(10**15) * 9, 10**15 * 9),
     st.builds(lambda w, f, neg: f"{'-' if neg else ''}{w}.{f}", st.integers(0, 10**15 * 9),
               st.text("0123456789", min_size=0, max_size=7), st.booleans()),
-    st.sampled_from(["1.5e3", "-2E-3", " 12.5", "abc", "", "-", ".5", "12.", "1_0", "nan", "inf", "1e400"]),
+    st.sampled_from(["1.5e3", "-2E-3", " 12.5", "abc", "", "-", ".5", "12.", "1_0", "nan", "inf", "1e400",
+                     "9223372036854775.807", "-9223372036854775.808", "2305843009213693.951",
+                     "2305843009213693.952", "-2305843009213693.951", "0.000", "12.3456", "１２.345"]),
     st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
 )
 

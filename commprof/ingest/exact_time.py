@@ -58,8 +58,32 @@ MAX_US = MAX_NS // 1000 - 1  # the largest whole µs whose ns (with any fraction
 
 
 def _small(values: Sequence[Any]) -> tuple[I64, Mask]:
-    """The same conversion as the polars path, value by value."""
-    ns = [_one(v) for v in values]
+    """The same conversion as the polars path, value by value: whole µs and the usual ``digits.d`` to
+    ``digits.ddd`` text (Kineto's 3 decimals, Python's ``1760000000000000.0``: the digits without the
+    dot, scaled) inline, the rest by :func:`_one`."""
+    ns: list[int | None] = []
+    append = ns.append
+    for v in values:
+        kind = type(v)
+        if kind is int:
+            append(v * 1000)
+            continue
+        if kind is str:
+            dot = v.find(".")
+            places = len(v) - dot - 1
+            if dot > 0 and 0 < places <= 3:
+                digits = v[:dot] + v[dot + 1 :]
+                if digits.isdigit() and digits.isascii():
+                    append(int(digits) * _FRACTION_SCALE[places])
+                    continue
+        append(_one(v))
+    try:
+        arr = np.fromiter(ns, np.int64, len(ns))  # no None and all within int64: one check in numpy
+    except (TypeError, OverflowError):
+        arr = None
+    if arr is not None:
+        valid = (arr >= -MAX_NS) & (arr <= MAX_NS)  # not abs(): it wraps at int64's minimum
+        return (arr if valid.all() else np.where(valid, arr, 0)), valid
     valid = np.fromiter((x is not None and -MAX_NS <= x <= MAX_NS for x in ns), np.bool_, len(ns))
     out = np.fromiter((x if ok else 0 for x, ok in zip(ns, valid.tolist(), strict=True)), np.int64, len(ns))
     return out, valid

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +33,7 @@ import polars as pl
 
 from commprof.analyzers import intervals as iv
 from commprof.ingest.tables import read_rank_intervals
+from commprof.vocab import UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -65,14 +67,26 @@ PG_STEPS_SCHEMA = pl.Schema({
 
 SPANS_SCHEMA = pl.Schema({"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64})
 
+# A rank's rows of one table as numpy columns (empty when it has none): the caller stacks all ranks'
+# columns into one frame (building a polars frame costs ~0.3 ms, more than many ranks' whole analysis)
+Columns = dict[str, npt.NDArray[Any]]
+
 
 @dataclass
 class RankOverlap:
-    steps: pl.DataFrame
+    steps: Columns  # STEPS_SCHEMA
     collectives: pl.DataFrame  # the rank's collectives with step, overlapped_ns, exposed_ns
-    pg_steps: pl.DataFrame
-    exposed_spans: pl.DataFrame  # the instants where comm runs and no compute does, inside the windows
+    pg_steps: Columns  # PG_STEPS_SCHEMA
+    exposed_spans: Columns  # SPANS_SCHEMA: where comm runs and no compute does, inside the windows
     warnings: list[str] = field(default_factory=list)
+
+
+def stack(parts: list[Columns], schema: pl.Schema) -> pl.DataFrame:
+    """One frame of ``schema`` from the ranks' columns, in the order given."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return pl.DataFrame({name: np.concatenate([p[name] for p in parts]) for name in schema}, schema=schema)
 
 
 def _round_inward(frame: pl.DataFrame) -> pl.DataFrame:
@@ -104,10 +118,10 @@ def _windows(
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int | None]:
     """Step ids, window bounds (len n+1) and the cut-off for ``hta_compat`` (intervals whose ``keys``,
     default their starts, are not before it are dropped)."""
-    marks = marks.sort("step")
-    step_ids = marks["step"].to_numpy().astype(np.int64)
-    mark_start = marks["start_ns"].to_numpy().astype(np.int64)
-    mark_end = marks["end_ns"].to_numpy().astype(np.int64)
+    order = np.argsort(marks["step"].to_numpy(), kind="stable")
+    step_ids = marks["step"].to_numpy().astype(np.int64)[order]
+    mark_start = marks["start_ns"].to_numpy().astype(np.int64)[order]
+    mark_end = marks["end_ns"].to_numpy().astype(np.int64)[order]
     cutoff: int | None = None
     if step_ids.size == 0:
         warnings.append(f"rank {rank}: no ProfilerStep# marks; the whole trace is analyzed as one step")
@@ -171,8 +185,7 @@ def analyze_rank(
     shared, pg_steps, window_wait = _collective_shares(rank, collectives, step_ids, bounds, compute)
     steps = _step_parts(rank, step_ids, bounds, compute, comm, memory, window_wait)
     exposed = iv.clip(iv.subtract(comm, compute), int(bounds[0]), int(bounds[-1])) if bounds.size else iv.EMPTY
-    spans = pl.DataFrame({"rank": np.full(exposed[0].size, rank, np.int32), "start_ns": exposed[0],
-                          "end_ns": exposed[1]}, schema=SPANS_SCHEMA)
+    spans = {"rank": np.full(exposed[0].size, rank, np.int32), "start_ns": exposed[0], "end_ns": exposed[1]}
     return RankOverlap(steps, shared, pg_steps, spans, warnings)
 
 
@@ -200,13 +213,13 @@ def effective_compute(
 def _step_parts(
     rank: int, step_ids: npt.NDArray[np.int64], bounds: npt.NDArray[np.int64], compute: iv.Union,
     comm: iv.Union, memory: iv.Union, window_wait: npt.NDArray[np.float64],
-) -> pl.DataFrame:
+) -> Columns:
     """The five parts per step, and its exposed comm split into wait (``window_wait``: the exposed wait
     of the calls' pieces in each window, capped at the step's exposed comm) and transfer; they add up
     to the step exactly."""
     n = step_ids.size
     if n == 0:
-        return pl.DataFrame(schema=STEPS_SCHEMA)
+        return {}
     pts = iv.sorted_unique(np.concatenate([iv.boundaries(compute, comm, memory), bounds]))
     left, seg = pts[:-1], np.diff(pts)
     window = np.searchsorted(bounds, left, side="right") - 1
@@ -223,28 +236,25 @@ def _step_parts(
     mem = total(in_mem & ~in_c & ~in_m)
     duration = np.diff(bounds)
     exposed_wait = np.minimum(np.round(window_wait), exposed).astype(np.int64)
-    return pl.DataFrame(
-        {
-            "rank": np.full(n, rank, dtype=np.int32),
-            "step": step_ids,
-            "start_ns": bounds[:-1],
-            "end_ns": bounds[1:],
-            "compute_ns": comp,
-            "overlapped_comm_ns": overlapped,
-            "exposed_comm_ns": exposed,
-            "memory_ns": mem,
-            "idle_ns": duration - comp - overlapped - exposed - mem,
-            "exposed_wait_ns": exposed_wait,
-            "exposed_transfer_ns": exposed - exposed_wait,
-        },
-        schema=STEPS_SCHEMA,
-    )
+    return {
+        "rank": np.full(n, rank, dtype=np.int32),
+        "step": step_ids,
+        "start_ns": bounds[:-1],
+        "end_ns": bounds[1:],
+        "compute_ns": comp,
+        "overlapped_comm_ns": overlapped,
+        "exposed_comm_ns": exposed,
+        "memory_ns": mem,
+        "idle_ns": duration - comp - overlapped - exposed - mem,
+        "exposed_wait_ns": exposed_wait,
+        "exposed_transfer_ns": exposed - exposed_wait,
+    }
 
 
 def _collective_shares(
     rank: int, collectives: pl.DataFrame, step_ids: npt.NDArray[np.int64], bounds: npt.NDArray[np.int64],
     compute: iv.Union,
-) -> tuple[pl.DataFrame, pl.DataFrame, npt.NDArray[np.float64]]:
+) -> tuple[pl.DataFrame, Columns, npt.NDArray[np.float64]]:
     """Each collective's share of overlapped and exposed time: an instant where k comm intervals run
     counts 1/k for each, so per-group and per-dimension totals add up to the rank's totals. Collectives
     are cut at step bounds first, so a collective spanning two steps counts in both.
@@ -266,7 +276,7 @@ def _collective_shares(
             pl.lit(0.0).alias("exposed_ns"),
             pl.lit(0.0).alias("exposed_wait_ns"),
         )
-        return out, pl.DataFrame(schema=PG_STEPS_SCHEMA), np.zeros(nwin, np.float64)
+        return out, {}, np.zeros(nwin, np.float64)
     lo, hi = bounds[0], bounds[-1]
     s, e = np.clip(cs, lo, hi), np.clip(ce, lo, hi)
     first = np.clip(np.searchsorted(bounds, s, side="right") - 1, 0, nwin - 1)
@@ -276,8 +286,8 @@ def _collective_shares(
     win = np.repeat(first, npieces) + (np.arange(owner.size) - np.repeat(np.cumsum(npieces) - npieces, npieces))
     ps = np.maximum(s[owner], bounds[win])
     pe = np.minimum(e[owner], bounds[win + 1])
-    wait = collectives["wait_ns"].fill_null(0).to_numpy().astype(np.float64) if "wait_ns" in collectives.columns \
-        else np.zeros(n, np.float64)
+    wait = np.nan_to_num(collectives["wait_ns"].to_numpy().astype(np.float64), nan=0.0) \
+        if "wait_ns" in collectives.columns else np.zeros(n, np.float64)
     compute = iv.clip(compute, int(lo), int(hi))
     pts = iv.sorted_unique(np.concatenate([ps, pe, compute[0], compute[1]]))
     active = np.zeros(pts.size, dtype=np.int64)
@@ -296,27 +306,28 @@ def _collective_shares(
     piece_wait = piece_exp * wait_share[owner] if owner.size else piece_exp
     start_step = np.where((cs >= lo) & (cs < hi), step_ids[first], -1)
     out = collectives.with_columns(
-        pl.Series("step", start_step).replace(-1, None).cast(pl.Int64),
+        pl.Series("step", np.where(start_step >= 0, start_step, np.nan), nan_to_null=True).cast(pl.Int64),
         pl.Series("overlapped_ns", np.bincount(owner, weights=piece_ovl, minlength=n)),
         pl.Series("exposed_ns", call_exp),
         pl.Series("exposed_wait_ns", np.bincount(owner, weights=piece_wait, minlength=n)),
     )
-    pg_steps = _pg_step_sums(rank, step_ids[win], collectives["pg"].fill_null("unknown").to_numpy()[owner],
+    pg = collectives["pg"]
+    pg_steps = _pg_step_sums(rank, step_ids[win], (pg.fill_null(UNKNOWN) if pg.null_count() else pg).to_numpy()[owner],
                              ((pe - ps).astype(np.float64), piece_ovl, piece_exp, piece_wait))
     return out, pg_steps, np.bincount(win, weights=piece_wait, minlength=nwin).astype(np.float64)
 
 
 def _pg_step_sums(rank: int, steps: npt.NDArray[np.int64], pgs: npt.NDArray[np.object_],
-                  values: tuple[npt.NDArray[np.float64], ...]) -> pl.DataFrame:
+                  values: tuple[npt.NDArray[np.float64], ...]) -> Columns:
     """The pieces' comm, overlapped, exposed and exposed-wait time summed per (step, pg), sorted by
-    step then pg: a group-by in numpy (one frame per rank, not a polars query per rank)."""
+    step then pg: a group-by in numpy (not a polars query per rank)."""
     if steps.size == 0:
-        return pl.DataFrame(schema=PG_STEPS_SCHEMA)
+        return {}
     names, pg_code = np.unique(pgs.astype(str), return_inverse=True)
     step_values, step_code = np.unique(steps, return_inverse=True)
     key = step_code.astype(np.int64) * names.size + pg_code
     present = np.flatnonzero(np.bincount(key, minlength=step_values.size * names.size))
     sums = [np.bincount(key, weights=v, minlength=step_values.size * names.size)[present] for v in values]
     cols = dict(zip(("comm_ns", "overlapped_ns", "exposed_ns", "exposed_wait_ns"), sums, strict=True))
-    return pl.DataFrame({"rank": np.full(present.size, rank, np.int32), "step": step_values[present // names.size],
-                         "pg": names[present % names.size], **cols}, schema=PG_STEPS_SCHEMA)
+    return {"rank": np.full(present.size, rank, np.int32), "step": step_values[present // names.size],
+            "pg": names[present % names.size], **cols}

@@ -29,6 +29,7 @@ from commprof.analyzers.overlap import (
     OverlapSettings,
     RankOverlap,
     analyze_rank_file,
+    stack,
 )
 from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
 from commprof.analyzers.traffic import traffic_matrix
@@ -150,7 +151,8 @@ def step_overlap(w: _Work) -> None:
     if colls:
         w.collectives = pl.concat(colls, how="vertical_relaxed")
     if steps:
-        w.steps, w.pg_steps, w.spans = pl.concat(steps), pl.concat(pg_steps), pl.concat(spans)
+        w.steps, w.pg_steps = stack(steps, STEPS_SCHEMA), stack(pg_steps, PG_STEPS_SCHEMA)
+        w.spans = stack(spans, SPANS_SCHEMA)
 
 
 def _size(path: Path) -> int:

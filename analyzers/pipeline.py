@@ -206,6 +206,7 @@ def step_summaries(w: _Work) -> None:
         c = _with_group_columns(_empty_calls(), pgs)
         w.collectives = c
     ranks = sm.rank_summary(st)
+    c = sm.analyzed(c)  # the calls of analyzed steps, with bandwidth inputs: once for every summary
     w.out.update(
         rank_summary=ranks, totals=sm.totals(ranks), rank_distribution=rank_distribution(ranks),
         group_summary=sm.group_summary(c, st, w.pg_steps, pgs),

@@ -101,7 +101,10 @@ def _agg(coll: pl.DataFrame, keys: list[str], bytes_col: bool = True) -> pl.Data
 
 
 def analyzed(collectives: pl.DataFrame) -> pl.DataFrame:
-    """Calls that started inside an analyzed step window (with their bandwidth inputs)."""
+    """Calls that started inside an analyzed step window (with their bandwidth inputs). A frame this
+    made is returned as it is: the pipeline makes it once for all the summaries."""
+    if "_dur" in collectives.columns and collectives["step"].null_count() == 0:
+        return collectives
     return _with_bw_inputs(collectives.filter(pl.col("step").is_not_null()))
 
 

@@ -230,6 +230,31 @@ def test_ranks_subset_opens_only_those_ranks(runs: dict[str, Path], in_process: 
     assert again.ingested.parsed == 0 and [rf.rank for rf in again.rank_files] == [63]
 
 
+def test_check_diff_and_export_take_the_same_runner_options(runs: dict[str, Path], tmp_path: Path,
+                                                           cli: Any) -> None:
+    # --ranks / --workers / --scheduler are one set of options on every command that reads traces; a
+    # subset looked at with a 2-process pool gives analyze's numbers on each of them
+    path = tmp_path / "run"
+    shutil.copytree(runs["synth64"], path, ignore=shutil.ignore_patterns("tables"))
+    opts = ["--ranks", "0-7,40", "-w", "2"]
+    report = json.loads(cli("analyze", str(path), *opts, "--format", "json").stdout)
+    step = report["totals"]["step_ns"]
+    checked = cli("check", str(path), *opts, "--format", "json", "--max-exposed-comm-pct", "100")
+    assert checked.exit_code == 0, checked.output
+    doc = json.loads(checked.stdout)
+    assert doc["report"]["totals"]["step_ns"] == step and len(doc["report"]["ranks"]) == 9
+    diffed = cli("diff", str(path), str(path), *opts, "--format", "json")
+    assert diffed.exit_code == 0, diffed.output
+    diff_doc = json.loads(diffed.stdout)
+    assert diff_doc["totals"]["step_ns"] == {"a": step, "b": step, "delta": 0, "delta_pct": 0.0}
+    assert diff_doc["a"]["run"]["ranks_analyzed"] == 9
+    out = tmp_path / "trace.json"
+    exported = cli("export", str(path), *opts, "--perfetto", str(out))
+    assert exported.exit_code == 0, exported.output
+    pids = {e.get("pid") for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X"}
+    assert len(pids) == 9, pids  # one process per rank asked for
+
+
 @pytest.mark.parametrize(("text", "why"), [("7-3", "range"), ("a", "rank"), ("1,,x", "rank")])
 def test_bad_ranks_option_is_a_usage_error(cli: Any, runs: dict[str, Path], text: str, why: str) -> None:
     result = cli("analyze", str(runs["tp2_pp2_dp2"]), "--ranks", text)

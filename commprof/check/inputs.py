@@ -68,9 +68,9 @@ def read_report(path: Path) -> Loaded:
 
 
 def load(path: str, open_run: Callable[[str], Run], *, need_run: bool = False,
-         settings: AnalysisSettings | None = None) -> Loaded:
+         settings: AnalysisSettings | None = None, runner: Any = None, progress: Any = None) -> Loaded:
     """A report file as is; anything else is opened with ``open_run`` (the CLI's, with its progress
-    bar) and analyzed."""
+    bar) and analyzed (the per-rank work on ``runner`` when given, as ``open_run`` did)."""
     file = Path(path)
     if not file.exists():
         raise InputError("no such file or folder", path)
@@ -82,5 +82,5 @@ def load(path: str, open_run: Callable[[str], Run], *, need_run: bool = False,
     from commprof.report import analysis_json
 
     run = open_run(path)
-    analysis = analyze(run.tables(), settings)
+    analysis = analyze(run.tables(), settings, runner=runner, progress=progress)
     return Loaded(path, analysis_json.build(analysis), run, analysis)

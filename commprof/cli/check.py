@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from commprof.cli.common import allow_partial_option, write_output
+from commprof.cli.common import allow_partial_option, runner_options, write_output
 
 FORMATS = ("text", "json", "markdown", "junit")
 
@@ -91,13 +91,14 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
               help="Also write Markdown here (e.g. for $GITHUB_STEP_SUMMARY).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report here (usable later as --baseline).")
-@click.option("-j", "--jobs", type=click.IntRange(1), default=None, help="Processes that parse traces.")
+@runner_options
 @allow_partial_option
 def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | None,
           max_exposed_ms_per_step: float | None, max_straggler_wait_ms: float | None,
           fail_on_findings: str | None, rules: tuple[str, ...], baseline: str | None, max_regression: str | None,
           noise_floor_ms: float | None, fmt: str, output: Path | None, junit_path: Path | None,
-          markdown_path: Path | None, json_path: Path | None, jobs: int | None, allow_partial: bool) -> None:
+          markdown_path: Path | None, json_path: Path | None, workers: int | None, scheduler: str | None,
+          ranks: str | None, allow_partial: bool) -> None:
     """Check a run (or an analyze/check JSON report) against thresholds and a baseline."""
     from commprof.check import evaluate, inputs, load_config, render
     from commprof.check.config import parse_override
@@ -113,14 +114,18 @@ def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | Non
     if baseline is not None:
         config.baseline = baseline
     from commprof.analyzers.pipeline import AnalysisSettings
-    from commprof.cli.common import open_run_with_progress
+    from commprof.cli.common import open_run_with_progress, parse_ranks, work_session
 
-    def opener(p: str) -> Any:
-        return open_run_with_progress(p, jobs, allow_partial=allow_partial)
-
+    subset = parse_ranks(ranks)
     settings = AnalysisSettings(peaks=config.peak_overrides())
-    base = inputs.load(config.baseline, opener, settings=settings) if config.baseline else None
-    loaded = inputs.load(path, opener, settings=settings)
+    with work_session(workers, scheduler) as (runner, progress):
+        def opener(p: str) -> Any:
+            return open_run_with_progress(p, runner=runner, progress=progress, ranks=subset,
+                                          allow_partial=allow_partial)
+
+        base = (inputs.load(config.baseline, opener, settings=settings, runner=runner, progress=progress)
+                if config.baseline else None)
+        loaded = inputs.load(path, opener, settings=settings, runner=runner, progress=progress)
     result = evaluate(config, loaded.report, base.report if base else None)
     doc = render.build(result, config, loaded.report, base.path if base else None)
     write_output(_render(fmt, doc), output)

@@ -8,26 +8,31 @@ from typing import Any
 
 import click
 
-from commprof.cli.common import allow_partial_option, output_options, write_output
+from commprof.cli.common import allow_partial_option, output_options, runner_options, write_output
 
 
 @click.command()
 @click.argument("a", type=click.Path(path_type=str))
 @click.argument("b", type=click.Path(path_type=str))
-@click.option("-j", "--jobs", type=click.IntRange(1), default=None, help="Processes that parse traces.")
+@runner_options
 @allow_partial_option
 @output_options
-def diff(a: str, b: str, jobs: int | None, allow_partial: bool, fmt: str, output: Path | None) -> None:
+def diff(a: str, b: str, workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool,
+         fmt: str, output: Path | None) -> None:
     """Compare run B against run A: step time, exposed and overlapped comm per dimension and tier,
     bytes per step, busbw, findings new or gone."""
     from commprof.check import inputs
-    from commprof.cli.common import open_run_with_progress
+    from commprof.cli.common import open_run_with_progress, parse_ranks, work_session
     from commprof.report import diff as diff_report
 
-    def opener(p: str) -> Any:
-        return open_run_with_progress(p, jobs, allow_partial=allow_partial)
+    subset = parse_ranks(ranks)
+    with work_session(workers, scheduler) as (runner, progress):
+        def opener(p: str) -> Any:
+            return open_run_with_progress(p, runner=runner, progress=progress, ranks=subset,
+                                          allow_partial=allow_partial)
 
-    left, right = inputs.load(a, opener), inputs.load(b, opener)
+        left = inputs.load(a, opener, runner=runner, progress=progress)
+        right = inputs.load(b, opener, runner=runner, progress=progress)
     doc = diff_report.build(left.report, right.report, a, b)
     if fmt == "json":
         write_output(json.dumps(doc, indent=2), output)

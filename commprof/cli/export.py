@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 import commprof
-from commprof.cli.common import allow_partial_option
+from commprof.cli.common import allow_partial_option, runner_options
 
 
 @click.command()
@@ -17,18 +17,21 @@ from commprof.cli.common import allow_partial_option
                    "- for standard output.")
 @click.option("--split-ranks", "split_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Also write one Kineto-style trace per rank into this folder (readable by commprof).")
-@click.option("-j", "--jobs", type=click.IntRange(1), default=None, help="Processes that parse traces.")
+@runner_options
 @allow_partial_option
-def export(path: str, perfetto_path: Path, split_dir: Path | None, jobs: int | None, allow_partial: bool) -> None:
+def export(path: str, perfetto_path: Path, split_dir: Path | None, workers: int | None, scheduler: str | None,
+           ranks: str | None, allow_partial: bool) -> None:
     """Export a run as one trace: a process per rank, collectives annotated with dimension, tier, bytes,
     busbw and exposed time, an exposed-comm track and counter per rank."""
-    from commprof.cli.common import open_run_with_progress
+    from commprof.cli.common import open_run_with_progress, parse_ranks, work_session
     from commprof.errors import UsageError
     from commprof.export import perfetto
     from commprof.ingest.exports import split_by_rank
 
-    run = open_run_with_progress(path, jobs, allow_partial=allow_partial)
-    trace = perfetto.build(commprof.analyze(run))
+    with work_session(workers, scheduler) as (runner, progress):
+        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=parse_ranks(ranks),
+                                     allow_partial=allow_partial)
+        trace = perfetto.build(commprof.analyze(run, runner=runner, progress=progress))
     try:
         if str(perfetto_path) == "-":
             import json

@@ -206,6 +206,7 @@ def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None
         detail = "; ".join(f"world size {ws}: {', '.join(files[:3])}" for ws, files in sorted(sizes.items()))
         raise InputError(f"traces come from runs of different world sizes ({detail})", ingested.entries[0].path.parent)
     taken: dict[int, str] = {}
+    left_out = ingested.left_out_ranks  # not opened (--ranks): file order still skips their ranks
     pending: list[tuple[store.FileEntry, dict[str, Any]]] = []
     out: list[RankFile] = []
     for entry, meta in zip(ingested.entries, ingested.metas, strict=True):
@@ -226,7 +227,7 @@ def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None
         out.append(RankFile(int(rank), entry, meta))
     next_free = 0
     for entry, meta in pending:
-        while next_free in taken:
+        while next_free in taken or next_free in left_out:
             next_free += 1
         taken[next_free] = entry.rel
         meta["rank_source"] = "file order"

@@ -302,3 +302,19 @@ def test_rank_from_file_order_when_the_name_has_none(
     assert (row["rank"], row["rank_source"]) == (2, "file order")
     assert set(run.intervals.filter(run.intervals["rank"] == 2)["rank"].to_list()) == {2}
     assert run.intervals.filter(run.intervals["rank"] == 2).height > 0
+
+
+def test_file_order_rank_is_the_same_when_only_some_ranks_are_opened(
+    cli: Cli, sample_run: Path, edit_trace: Callable[..., Path]
+) -> None:
+    # --ranks leaves rank-0/rank-1 unopened (their names say their rank): the nameless trace must still
+    # be numbered as in the whole run (2), not take the first rank free among the files opened (0)
+    edit_trace(sample_run / "rank-2.json.gz", drop_distributed_info, sample_run / "worker.json.gz")
+    (sample_run / "rank-2.json.gz").unlink()
+    result = cli("analyze", str(sample_run), "--ranks", "2,3", "--format", "json", "-j", "1")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [r["rank"] for r in report["ranks"]] == [2, 3]
+    assert len(warnings_about(report, "worker.json.gz")) == 1
+    assert "rank 2" in warnings_about(report, "worker.json.gz")[0]
+    assert analyze_json(cli, sample_run)["ranks"][2]["rank"] == 2  # and the whole run agrees

@@ -251,6 +251,8 @@ class Ingested:
     metas: list[dict[str, Any]]  # in entry order
     parsed: int  # how many traces were (re)parsed rather than read from the cache
     left_out: int = 0  # trace files not opened because their rank is not among the ranks asked for
+    # the ranks of those files: a trace of unknown rank is numbered as in the whole run (file order skips them)
+    left_out_ranks: frozenset[int] = frozenset()
     problems: list[str] = field(default_factory=list)  # sidecar fields dropped, and why
 
     @property
@@ -283,9 +285,15 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     known = _read_index(cache, sidecar_key)
     everything = _expand_exports(_entries(source), cache, known)
     entries = everything
+    left_out_ranks: set[int] = set()
     if ranks is not None:
-        entries = [e for e in everything if _known_rank(e, known.get(e.rel)) in ranks
-                   or _known_rank(e, known.get(e.rel)) is None]
+        entries = []
+        for e in everything:
+            rank = _known_rank(e, known.get(e.rel))
+            if rank is None or rank in ranks:
+                entries.append(e)
+            else:
+                left_out_ranks.add(rank)
     todo = [e for e in entries if not _fresh(e, known, cache)]
     own = runner or make_runner(jobs)
     try:
@@ -303,7 +311,8 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
             files[entry.rel] = {**rec, "meta": meta} if not meta.get("skipped") else rec
         index = {"ingest_version": INGEST_VERSION, "sidecars": sidecar_key, "files": files}
         _atomic_write_bytes(cache / INDEX, json.dumps(index, indent=1).encode())
-    return Ingested(cache, entries, metas, len(todo), len(everything) - len(entries), problems)
+    return Ingested(cache, entries, metas, len(todo), len(everything) - len(entries), problems=problems,
+                    left_out_ranks=frozenset(left_out_ranks))
 
 
 def _refuse_if_no_traces(source: Source, metas: list[dict[str, Any]]) -> None:

@@ -37,8 +37,15 @@ test: lint pytest
 fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --seed 1"
 	$(BIN)/python tests/fuzzlib.py $(FUZZ_ARGS)
 
-bench: $(STAMP)
+# the revision before "one analysis, many views" (issue 9): the analysis must not be slower than it
+BENCH_BASE ?= b7b7cbc
+
+bench: $(STAMP)  # vs HTA on the same files, then this HEAD vs BENCH_BASE on the real trace and 64 synthetic ranks
 	$(BIN)/python bench/bench_ingest.py
+	$(BIN)/python bench/bench_versions.py --base $(BENCH_BASE) $(BENCH_VERSIONS_ARGS)
+
+bench-versions: $(STAMP)  # HEAD vs BENCH_BASE only (BENCH_VERSIONS_ARGS="--repeat 7")
+	$(BIN)/python bench/bench_versions.py --base $(BENCH_BASE) $(BENCH_VERSIONS_ARGS)
 
 bench-dashboard: $(STAMP)
 	$(BIN)/python bench/bench_dashboard.py

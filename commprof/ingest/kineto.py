@@ -16,9 +16,18 @@ import polars as pl
 from commprof.ingest import names
 from commprof.ingest.decode import NULL, Args, Event, decode_args, decode_correlation
 from commprof.ingest.exact_time import base_ns as exact_base_ns
-from commprof.ingest.exact_time import to_ns
-from commprof.ingest.kineto_comm import COMM_FIELDS, MAX_RANK, as_int, bounded_int, comm_fields, process_groups
+from commprof.ingest.kineto_comm import (
+    COMM_FIELDS,
+    INT64_LIMIT,
+    MAX_RANK,
+    as_int,
+    bounded_int,
+    comm_fields,
+    process_groups,
+)
 from commprof.ingest.kineto_cpu import cpu_tables
+from commprof.ingest.kineto_rows import BATCH, Codes, Rows
+from commprof.ingest.kineto_rows import flush as flush_rows
 from commprof.ingest.kineto_times import launches_of, name_ambiguous
 from commprof.ingest.kineto_times import step_marks as step_marks_of
 from commprof.ingest.plausible import describe, implausible, reference
@@ -112,24 +121,37 @@ def _category(cat: str) -> int:
     return _CPU if low in names.CPU_CATEGORIES else _SKIP
 
 
+KIND_TABLE = ("compute", "comm", "memory")  # a device row's kind, by its code
+_COMPUTE, _COMM, _MEM = 0, 1, 2
+
+
 @dataclass
 class _Pass:
-    """Everything kept from the events, one piece of the trace at a time. Rows are tuples (one
-    append per event) turned into columns at the end."""
+    """Everything kept from the events, one piece of the trace at a time: rows go column by column into
+    :class:`Rows` (names, lanes, pids and tids as codes into the ``Codes`` tables, times converted in
+    batches), so the pass holds a few bytes a row and not the rows' text."""
 
-    dev_rows: list[tuple[Any, Any, str, str, str, Any]] = field(default_factory=list)  # ts dur name lane kind corr
+    dev: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"name": np.int32, "lane": np.int32,
+                                                                  "kind": np.int8, "corr": np.int64}))
     dev_comm_args: dict[int, Args] = field(default_factory=dict)  # device row -> args of comm kernels
-    cpu_rows: list[tuple[Any, Any, str, str, Any, Any]] = field(default_factory=list)  # pid tid name cat ts dur
+    cpu: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"pid": np.int32, "tid": np.int32,
+                                                                  "name": np.int32, "cat": np.int32}))
     cpu_comm_args: dict[int, Args] = field(default_factory=dict)  # cpu row -> args of comm ops
     step_rows: list[int] = field(default_factory=list)  # cpu rows of ProfilerStep#N marks
-    launches: list[tuple[int, Any, Any]] = field(default_factory=list)  # correlation, ts, tid of runtime calls
+    launch: Rows = field(default_factory=lambda: Rows(("ts",), {"corr": np.int64, "tid": np.int32}))
     comm_args_by_external_id: dict[int, Args] = field(default_factory=dict)
     thread_names: dict[Any, str] = field(default_factory=dict)
     gpu_pids: set[Any] = field(default_factory=set)
     devices: set[str] = field(default_factory=set)
-    lanes: dict[tuple[Any, Any], str] = field(default_factory=dict)
+    lanes: dict[tuple[Any, Any], int] = field(default_factory=dict)  # (device, stream) -> lane code
+    lane_names: list[str] = field(default_factory=list)
+    dev_names: Codes = field(default_factory=Codes)  # kernel / memcpy names
+    cpu_names: Codes = field(default_factory=Codes)  # CPU op names
+    pids: Codes = field(default_factory=Codes)
+    tids: Codes = field(default_factory=Codes)  # CPU threads of ops and of runtime calls alike
+    cats: Codes = field(default_factory=Codes)
     categories: dict[str, int] = field(default_factory=dict)
-    kernel_kinds: dict[str, str] = field(default_factory=dict)  # kernel name -> compute | comm | memory
+    kernel_kinds: dict[str, int] = field(default_factory=dict)  # kernel name -> _COMPUTE | _COMM | _MEM
     launch_names: dict[Any, bool] = field(default_factory=dict)  # runtime call name -> does it launch work
     cpu_roles: dict[str, int] = field(default_factory=dict)  # CPU op name -> _PLAIN, _COMM_OP, ...
     unclassified: set[str] = field(default_factory=set)  # kernel names that read like comm, taken as compute
@@ -137,8 +159,14 @@ class _Pass:
 
     def add(self, events: list[Event]) -> None:
         categories, category = self.categories, _category
-        dev_rows, cpu_rows, kernel_kinds = self.dev_rows, self.cpu_rows, self.kernel_kinds
-        cpu_roles, launch_names = self.cpu_roles, self.launch_names
+        kernel_kinds, cpu_roles, launch_names = self.kernel_kinds, self.cpu_roles, self.launch_names
+        dev, cpu, launch = self.dev.pending, self.cpu.pending, self.launch.pending
+        d_ts, d_dur, d_name, d_lane = dev["ts"].append, dev["dur"].append, dev["name"].append, dev["lane"].append
+        d_kind, d_corr, d_count = dev["kind"].append, dev["corr"].append, dev["ts"]
+        c_ts, c_dur, c_name, c_cat = cpu["ts"].append, cpu["dur"].append, cpu["name"].append, cpu["cat"].append
+        c_pid, c_tid, c_count = cpu["pid"].append, cpu["tid"].append, cpu["ts"]
+        l_ts, l_corr, l_tid = launch["ts"].append, launch["corr"].append, launch["tid"].append
+        dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
         for ev in events:
             if ev.ph != "X":
                 if ev.ph == "M":
@@ -157,15 +185,20 @@ class _Pass:
                 elif role == _COMM_OP:
                     args = decode_args(ev.args)
                     if args is not None:
-                        self.cpu_comm_args[len(cpu_rows)] = _own_raw(args)
+                        self.cpu_comm_args[self.cpu.flushed + len(c_count)] = _own_raw(args)
                 elif role == _PARAM_COMMS:
                     args = decode_args(ev.args)
                     ext = as_int(args.external_id) if args is not None else None
                     if args is not None and ext is not None:
                         self.comm_args_by_external_id[ext] = _strip_raw(args)
                 else:
-                    self.step_rows.append(len(cpu_rows))
-                cpu_rows.append((ev.pid, ev.tid, name, ev.cat, ev.ts, ev.dur))
+                    self.step_rows.append(self.cpu.flushed + len(c_count))
+                c_pid(pids[ev.pid])
+                c_tid(tids[ev.tid])
+                c_name(cpu_names[name])
+                c_cat(cats[ev.cat])
+                c_ts(ev.ts)
+                c_dur(ev.dur)
             elif kind == _RUNTIME:
                 launches = launch_names.get(ev.name)
                 if launches is None:
@@ -173,7 +206,9 @@ class _Pass:
                 if launches:
                     corr = decode_correlation(ev.args)
                     if corr is not None and ev.ts is not None:
-                        self.launches.append((corr, ev.ts, ev.tid))
+                        l_corr(corr)
+                        l_ts(ev.ts)
+                        l_tid(tids[ev.tid])
             elif kind != _SKIP:
                 args = decode_args(ev.args)
                 if ev.ts is None or ev.dur is None or args is None or args.stream is None:
@@ -183,32 +218,59 @@ class _Pass:
                     continue
                 name = ev.name if type(ev.name) is str else str(ev.name)
                 key = (args.device if args.device is not None else ev.pid, args.stream)
-                lane = self.lanes.get(key) or self._lane(key)
+                lane = self.lanes.get(key)
+                if lane is None:
+                    lane = self._lane(key)
                 if kind == _MEMORY:
-                    row_kind = "memory"
+                    row_kind = _MEM
                 else:
-                    row_kind = kernel_kinds.get(name) or self._kernel_kind(name)
-                if row_kind == "comm":
-                    self.dev_comm_args[len(dev_rows)] = _strip_raw(args)
-                dev_rows.append((ev.ts, ev.dur, name, lane, row_kind, args.correlation))
+                    known = kernel_kinds.get(name)
+                    row_kind = known if known is not None else self._kernel_kind(name)
+                if row_kind == _COMM:
+                    self.dev_comm_args[self.dev.flushed + len(d_count)] = _strip_raw(args)
+                dev_corr = args.correlation
+                if type(dev_corr) is not int or not -INT64_LIMIT <= dev_corr < INT64_LIMIT:
+                    read = as_int(dev_corr)  # missing, floats: rare writers
+                    dev_corr = -1 if read is None else read
+                d_name(dev_names[name])
+                d_lane(lane)
+                d_kind(row_kind)
+                d_corr(dev_corr)
+                d_ts(ev.ts)
+                d_dur(ev.dur)
+        if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
+            flush_rows((self.dev, self.cpu, self.launch))
 
-    def _kernel_kind(self, name: str) -> str:
+    def finish(self) -> None:
+        """After the last piece: every pending row into the columns."""
+        tables = (self.dev, self.cpu, self.launch)
+        flush_rows(tables)
+        for table in tables:
+            table.finish()
+
+    def _kernel_kind(self, name: str) -> int:
         if "Memcpy" in name or "Memset" in name:
-            kind = "memory"
+            kind = _MEM
         elif names.is_comm_kernel(name):
-            kind = "comm"
+            kind = _COMM
         else:
-            kind = "compute"
+            kind = _COMPUTE
             if names.looks_like_comm(name):
                 self.unclassified.add(name)
         self.kernel_kinds[name] = kind
         return kind
 
-    def _lane(self, key: tuple[Any, Any]) -> str:
+    def _lane(self, key: tuple[Any, Any]) -> int:
         dev = str(as_int(key[0]) if as_int(key[0]) is not None else key[0])
         self.devices.add(dev)
-        lane = self.lanes[key] = f"gpu {dev} stream {as_int(key[1])}"
-        return lane
+        lane = f"gpu {dev} stream {as_int(key[1])}"
+        if lane in self.lane_names:  # two keys that print alike (stream 7 and 7.0) share a lane
+            code = self.lane_names.index(lane)
+        else:
+            code = len(self.lane_names)
+            self.lane_names.append(lane)
+        self.lanes[key] = code
+        return code
 
     def _metadata(self, ev: Event, args: Args | None) -> None:
         if args is None:
@@ -243,6 +305,7 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
     gc.disable()
     try:
         streamed = stream_events(path, scan.add, label=label)
+        scan.finish()
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -266,7 +329,7 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
     if rank is None:
         rank, rank_source = rank_from_file_name(label.rsplit("#", 1)[-1] if "#" in label else label), "file name"
     table_rank = rank if rank is not None else 0
-    mode = "gpu" if scan.dev_rows else "cpu"
+    mode = "gpu" if len(scan.dev) else "cpu"
     cpu_pid = _main_pid(scan)
     sidecar = _pick_sidecar(sidecars, rank if rank_source == "distributedInfo" else None, cpu_pid)
     step_marks = step_marks_of(scan, base_ns, cpu_pid, table_rank, label, warnings)
@@ -300,34 +363,32 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
 
 def _main_pid(scan: _Pass) -> Any:
     """The training process: the one with ProfilerStep marks, else the first non-GPU one."""
+    pids, table = scan.cpu.col("pid"), scan.pids.table()
     if scan.step_rows:
-        return scan.cpu_rows[scan.step_rows[0]][0]
-    return next((row[0] for row in scan.cpu_rows if row[0] not in scan.gpu_pids), None)
+        return table[pids[scan.step_rows[0]]]
+    gpu = [code for code, pid in enumerate(table) if pid in scan.gpu_pids]
+    other = np.flatnonzero(~np.isin(pids, gpu)) if gpu else np.arange(min(1, pids.size))
+    return table[pids[other[0]]] if other.size else None
 
 
 def _gpu_tables(
     scan: _Pass, base_ns: int, rank: int, label: str, warnings: list[str]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    ts, dur, dev_name, dev_lane, kind, corr = (list(c) for c in zip(*scan.dev_rows, strict=True))
-    start, start_ok = to_ns(ts)
-    dur_ns, dur_ok = to_ns(dur)
-    valid = start_ok & dur_ok
-    start += base_ns
+    dev = scan.dev
+    start, dur_ns = dev.col("ts") + base_ns, dev.col("dur")
+    valid = dev.ok("ts") & dev.ok("dur")
     end = start + dur_ns
     why: Counter[str] = Counter()
     odd = implausible(start, end, reference(start[valid]), why) & valid
-    as_array = np.asarray(corr)
-    if as_array.dtype.kind == "i" and as_array.ndim == 1:
-        correlation = as_array.astype(np.int64, copy=False)
-    else:  # missing, floats or text: rare writers
-        correlation = np.array([-1 if as_int(c) is None else as_int(c) for c in corr], dtype=np.int64)
+    correlation = dev.col("corr")
     launched, launch_ns = launches_of(scan, base_ns, correlation)
+    name_table = pl.Series(scan.dev_names.table(), dtype=pl.String)
     intervals = pl.DataFrame(
         {
             "rank": np.full(len(start), rank, dtype=np.int32),
-            "lane": dev_lane,
-            "name": dev_name,
-            "kind": kind,
+            "lane": pl.Series(scan.lane_names, dtype=pl.String).gather(dev.col("lane")),
+            "name": name_table.gather(dev.col("name")),
+            "kind": pl.Series(KIND_TABLE, dtype=pl.String).gather(dev.col("kind")),
             "start_ns": start,
             "end_ns": end,
             "correlation": pl.Series(correlation).set(pl.Series(correlation < 0), None),
@@ -344,7 +405,7 @@ def _gpu_tables(
         intervals = intervals.filter(pl.Series(valid))
     _warn_unclassified(scan, intervals, label, warnings)
     return intervals, _gpu_collectives(scan, rank, label, warnings, start, end, valid, launched, launch_ns,
-                                       correlation, dev_name, dev_lane)
+                                       correlation)
 
 
 def _warn_unclassified(scan: _Pass, intervals: pl.DataFrame, label: str, warnings: list[str]) -> None:
@@ -360,11 +421,12 @@ def _warn_unclassified(scan: _Pass, intervals: pl.DataFrame, label: str, warning
 def _gpu_collectives(
     scan: _Pass, rank: int, label: str, warnings: list[str], start: np.ndarray, end: np.ndarray,
     valid: np.ndarray, launched: np.ndarray, launch_ns: np.ndarray, correlation: np.ndarray,
-    dev_name: list[str], dev_lane: list[str],
 ) -> pl.DataFrame:
     idx = np.fromiter(scan.dev_comm_args.keys(), dtype=np.int64, count=len(scan.dev_comm_args))
     idx = idx[valid[idx]]
     rows = idx.tolist()
+    name_table, lane_table = scan.dev_names.table(), scan.lane_names
+    name_codes, lane_codes = scan.dev.col("name")[idx].tolist(), scan.dev.col("lane")[idx].tolist()
     cols: dict[str, list[Any]] = {key: [] for key in COMM_FIELDS}
     ambiguous: list[int] = []  # positions whose op the kernel name leaves open
     by_ext = scan.comm_args_by_external_id
@@ -373,7 +435,7 @@ def _gpu_collectives(
         ext = as_int(args.external_id)
         fields = comm_fields(args, by_ext.get(ext) if ext is not None else None)
         named = fields["op"]
-        fields["op"] = names.normalize_op(named) if named else names.kernel_op(dev_name[i])
+        fields["op"] = names.normalize_op(named) if named else names.kernel_op(name_table[name_codes[k]])
         if named is None and fields["op"] in ("send_recv", "unknown"):
             ambiguous.append(k)
         for key, values in cols.items():
@@ -396,8 +458,8 @@ def _gpu_collectives(
     frame = {
         **cols,
         "rank": np.full(idx.size, rank, dtype=np.int32),
-        "name": [dev_name[i] for i in rows],
-        "lane": [dev_lane[i] for i in rows],
+        "name": [name_table[c] for c in name_codes],
+        "lane": [lane_table[c] for c in lane_codes],
         "start_ns": start[idx],
         "end_ns": end[idx],
         "launch_ns": pl.Series(launch_ns[idx], dtype=pl.Int64).set(pl.Series(~launched[idx]), None),

@@ -12,7 +12,6 @@ import polars as pl
 
 from commprof.ingest import names
 from commprof.ingest.decode import Args
-from commprof.ingest.exact_time import to_ns
 from commprof.ingest.kineto_comm import comm_fields
 from commprof.ingest.plausible import describe, implausible, reference
 from commprof.ingest.schema import COLLECTIVES, INTERVALS
@@ -28,8 +27,8 @@ def thread_lane(pid: Any, tid: Any, thread_names: dict[Any, str]) -> str:
     return f"thread {tid}" + (f" ({label})" if label else "")
 
 
-def _gloo_groups(scan: _Pass, rows: list[int], start: np.ndarray, end: np.ndarray,
-                 sidecar: dict[str, Any] | None) -> dict[int, Any]:
+def _gloo_groups(rows: list[int], row_names: list[str], row_tids: list[Any], start: np.ndarray,
+                 end: np.ndarray, sidecar: dict[str, Any] | None) -> dict[int, Any]:
     """cpu row -> Attribution (pg, seq, peer) of each ``gloo:*`` op, from the record sidecar. Times go
     over as µs since the rank's first op, small enough for a float to hold them to the ns."""
     if sidecar is None or not rows:
@@ -37,9 +36,9 @@ def _gloo_groups(scan: _Pass, rows: list[int], start: np.ndarray, end: np.ndarra
     from commprof.ingest.gloo_groups import ANNOTATION_PREFIX, GLOO_PREFIX, attribute_gloo_ops
 
     t0 = int(start.min())
-    picked = [j for j, i in enumerate(rows) if scan.cpu_rows[i][2].startswith((GLOO_PREFIX, ANNOTATION_PREFIX))]
+    picked = [j for j, name in enumerate(row_names) if name.startswith((GLOO_PREFIX, ANNOTATION_PREFIX))]
     events = [
-        {"name": scan.cpu_rows[rows[j]][2], "ph": "X", "tid": scan.cpu_rows[rows[j]][1],
+        {"name": row_names[j], "ph": "X", "tid": row_tids[j],
          "ts": (int(start[j]) - t0) / 1000.0, "dur": (int(end[j]) - int(start[j])) / 1000.0}
         for j in picked
     ]
@@ -53,10 +52,10 @@ def cpu_tables(
     """CPU runs: comm = collective ops that move the data on the CPU (``gloo:*`` & co.); compute = the
     training threads' other ops. ``nccl:*``-style ops only enqueue a device collective: without the
     device side their duration is a launch time, so they are kept as annotations, not communication."""
-    cpu = scan.cpu_rows
-    candidates = [i for i, r in enumerate(cpu) if r[0] == pid]
-    start, start_ok = to_ns([cpu[i][4] for i in candidates])
-    dur, dur_ok = to_ns([cpu[i][5] for i in candidates])
+    cpu = scan.cpu
+    candidates = np.flatnonzero(cpu.col("pid") == scan.pids.get(pid, -1))
+    start, start_ok = cpu.col("ts")[candidates], cpu.ok("ts")[candidates]
+    dur, dur_ok = cpu.col("dur")[candidates], cpu.ok("dur")[candidates]
     ok = start_ok & dur_ok
     if not ok.all():
         warnings.append(f"{label}: skipped {int((~ok).sum())} CPU ops whose ts or dur is not a number")
@@ -65,43 +64,45 @@ def cpu_tables(
     if why:
         warnings.append(describe(label, "CPU ops", why))
         ok &= ~odd
-    rows = [i for i, keep in zip(candidates, ok.tolist(), strict=True) if keep]
+    rows = candidates[ok].tolist()
     start, end = start[ok] + base_ns, start[ok] + dur[ok] + base_ns
-    enqueue_rows = {i for i in rows if names.is_enqueue_op(cpu[i][2])}
-    comm_rows = {i for i in rows if names.is_comm_op(cpu[i][2])} - enqueue_rows
+    name_table, tid_table = scan.cpu_names.table(), scan.tids.table()
+    user_annotation = [str(cat).lower() == "user_annotation" for cat in scan.cats.table()]
+    name_codes = cpu.col("name")[candidates[ok]].tolist()
+    tid_codes = cpu.col("tid")[candidates[ok]].tolist()
+    cat_codes = cpu.col("cat")[candidates[ok]].tolist()
+    row_names = [name_table[c] for c in name_codes]
+    enqueue_rows = {i for i, name in zip(rows, row_names, strict=True) if names.is_enqueue_op(name)}
+    comm_rows = {i for i, name in zip(rows, row_names, strict=True) if names.is_comm_op(name)} - enqueue_rows
     if enqueue_rows:
-        ops = sorted({names.normalize_op(cpu[i][2]) for i in enqueue_rows})
+        enqueued = [(i, name) for i, name in zip(rows, row_names, strict=True) if i in enqueue_rows]
+        ops = sorted({names.normalize_op(name) for _, name in enqueued})
         warnings.append(
             f"{label}: {len(enqueue_rows)} device-collective ops on the CPU ({', '.join(ops)}; e.g. "
-            f"{cpu[min(enqueue_rows)][2]!r}) but no GPU activity in the trace: their durations are enqueue "
+            f"{min(enqueued)[1]!r}) but no GPU activity in the trace: their durations are enqueue "
             "times, not transfers, so they are not counted as communication (profile with "
             "ProfilerActivity.CUDA to measure them)")
-    comm_threads = {cpu[i][1] for i in comm_rows}
-    step_threads = {cpu[i][1] for i in rows if cpu[i][2].startswith("ProfilerStep#")}
+    comm_threads = {tid for i, tid in zip(rows, tid_codes, strict=True) if i in comm_rows}
+    step_threads = {tid for tid, name in zip(tid_codes, row_names, strict=True) if name.startswith("ProfilerStep#")}
     worker_threads = comm_threads - step_threads
     kinds: list[str] = []
-    for i in rows:
-        _, tid, name, cat, _, _ = cpu[i]
+    for i, tid, name, cat in zip(rows, tid_codes, row_names, cat_codes, strict=True):
         if i in comm_rows:
             kinds.append("comm")
-        elif i in enqueue_rows or tid in worker_threads or cat.lower() == "user_annotation":
+        elif i in enqueue_rows or tid in worker_threads or user_annotation[cat]:
             kinds.append("annotation")
         elif names.is_wait_op(name):
             kinds.append("wait")
         else:
             kinds.append("compute")
-    lane_names: dict[tuple[Any, Any], str] = {}
-    lanes = []
-    for i in rows:
-        key = (cpu[i][0], cpu[i][1])
-        if key not in lane_names:
-            lane_names[key] = thread_lane(key[0], key[1], scan.thread_names)
-        lanes.append(lane_names[key])
+    lane_names = {tid: thread_lane(pid, tid_table[tid], scan.thread_names) for tid in set(tid_codes)}
+    lanes = [lane_names[tid] for tid in tid_codes]
+    row_tids = [tid_table[c] for c in tid_codes]
     intervals = pl.DataFrame(
         {
             "rank": np.full(len(rows), rank, dtype=np.int32),
             "lane": lanes,
-            "name": [cpu[i][2] for i in rows],
+            "name": row_names,
             "kind": kinds,
             "start_ns": start,
             "end_ns": end,
@@ -110,7 +111,7 @@ def cpu_tables(
         },
         schema=INTERVALS,
     )
-    groups = _gloo_groups(scan, rows, start, end, sidecar)
+    groups = _gloo_groups(rows, row_names, row_tids, start, end, sidecar)
     group_size = {str(g.get("name")): len(g.get("ranks") or []) for g in (sidecar or {}).get("process_groups") or []}
     out: dict[str, list[Any]] = {key: [] for key in COLLECTIVES}
     for j, i in enumerate(rows):
@@ -118,7 +119,7 @@ def cpu_tables(
             continue
         args = scan.cpu_comm_args.get(i)
         fields = comm_fields(args, None)
-        name = cpu[i][2]
+        name = row_names[j]
         op = names.normalize_op(fields["op"] or name)
         attribution = groups.get(i)
         if attribution is not None and attribution.pg is not None:
@@ -128,7 +129,7 @@ def cpu_tables(
             fields["dtype"], fields["bytes"] = _bytes_from_inputs(args)
             if op == "all_gather" and fields["bytes"] is not None and fields["group_size"]:
                 fields["bytes"] *= fields["group_size"]  # Gloo shows the per-rank input; count the full buffer
-        fields["is_async"] = cpu[i][1] in worker_threads
+        fields["is_async"] = tid_codes[j] in worker_threads
         row = {**fields, "rank": rank, "op": op, "name": name, "start_ns": int(start[j]), "end_ns": int(end[j]),
                "lane": lanes[j], "launch_ns": int(start[j])}
         for column, values in out.items():

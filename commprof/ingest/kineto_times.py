@@ -10,7 +10,6 @@ import numpy as np
 import polars as pl
 
 from commprof.ingest import names
-from commprof.ingest.exact_time import to_ns
 from commprof.ingest.kineto_comm import CallOps
 from commprof.ingest.plausible import describe, implausible, reference
 from commprof.ingest.schema import STEP_MARKS
@@ -20,18 +19,23 @@ if TYPE_CHECKING:
 
 
 def step_marks(scan: _Pass, base_ns: int, pid: Any, rank: int, label: str, warnings: list[str]) -> pl.DataFrame:
-    rows = [scan.cpu_rows[i] for i in scan.step_rows]
-    start, start_ok = to_ns([r[4] for r in rows])
-    dur, dur_ok = to_ns([r[5] for r in rows])
+    cpu = scan.cpu
+    rows = np.asarray(scan.step_rows, dtype=np.int64)
+    start, start_ok = cpu.col("ts")[rows], cpu.ok("ts")[rows]
+    dur, dur_ok = cpu.col("dur")[rows], cpu.ok("dur")[rows]
     # a step mark far from the trace's other CPU events (ts 0 among epoch times) would make a 56-year step
-    cpu_start, cpu_ok = to_ns([r[4] for r in scan.cpu_rows[:: max(1, len(scan.cpu_rows) // 5000)]])
+    every = max(1, len(cpu) // 5000)
+    cpu_start, cpu_ok = cpu.col("ts")[::every], cpu.ok("ts")[::every]
     why: Counter[str] = Counter()
-    odd = implausible(start, start + dur, reference(cpu_start[cpu_ok]), why) if rows else np.empty(0, np.bool_)
+    odd = implausible(start, start + dur, reference(cpu_start[cpu_ok]), why) if rows.size else np.empty(0, np.bool_)
     seen: dict[int, tuple[int, int]] = {}
     unreadable = 0
-    for j, (row_pid, _, name, _, _, _) in enumerate(rows):
-        match = names.PROFILER_STEP.match(name)
-        if row_pid != pid or not match:
+    pid_code = scan.pids.get(pid, -1)
+    name_table = scan.cpu_names.table()
+    for j, (row_pid, name_code) in enumerate(zip(cpu.col("pid")[rows].tolist(), cpu.col("name")[rows].tolist(),
+                                                  strict=True)):
+        match = names.PROFILER_STEP.match(name_table[name_code])
+        if row_pid != pid_code or not match:
             continue
         if not (start_ok[j] and dur_ok[j]) or len(match.group(1)) > 18:
             unreadable += 1
@@ -52,12 +56,11 @@ def step_marks(scan: _Pass, base_ns: int, pid: Any, rank: int, label: str, warni
 
 def _launch_times(scan: _Pass, base_ns: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique correlations of the runtime calls and each one's earliest call time (ns)."""
-    if not scan.launches:
+    launch = scan.launch
+    if not len(launch):
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    corr_l, ts_l, _ = zip(*scan.launches, strict=True)
-    corr = np.array(corr_l, dtype=np.int64)
-    ts, ok = to_ns(ts_l)
-    corr, ts = corr[ok], ts[ok] + base_ns
+    ok = launch.ok("ts")
+    corr, ts = launch.col("corr")[ok], launch.col("ts")[ok] + base_ns
     order = np.lexsort((ts, corr))
     corr, ts = corr[order], ts[order]
     unique, first = np.unique(corr, return_index=True)
@@ -79,21 +82,23 @@ def name_ambiguous(scan: _Pass, ops: list[Any], dev_rows: list[int], out_rows: l
     """NCCL runs all-to-all as grouped send/recv, so the kernel says ``SendRecv``; the CPU call its
     launch happened in (``c10d::alltoall_base_``, ``nccl:all_to_all``) says which collective it was."""
     calls: list[tuple[Any, int, int, str]] = []
-    cpu = scan.cpu_rows
-    call_rows = [i for i, r in enumerate(cpu) if r[2].startswith(names.CALL_OP_PREFIXES)]
-    call_start, ok_s = to_ns([cpu[i][4] for i in call_rows])
-    call_dur, ok_d = to_ns([cpu[i][5] for i in call_rows])
-    for j, i in enumerate(call_rows):
-        op = names.normalize_op(cpu[i][2])
-        if ok_s[j] and ok_d[j] and op != "unknown":
-            calls.append((cpu[i][1], int(call_start[j]), int(call_start[j] + call_dur[j]), op))
+    cpu = scan.cpu
+    op_of = [names.normalize_op(n) if n.startswith(names.CALL_OP_PREFIXES) else "unknown"
+             for n in scan.cpu_names.table()]  # by name code
+    is_call = np.array([op != "unknown" for op in op_of] or [False], dtype=np.bool_)
+    call_rows = np.flatnonzero(is_call[cpu.col("name")] & cpu.ok("ts") & cpu.ok("dur"))
+    call_start = cpu.col("ts")[call_rows]
+    call_end = call_start + cpu.col("dur")[call_rows]
+    for tid, begin, end, code in zip(cpu.col("tid")[call_rows].tolist(), call_start.tolist(), call_end.tolist(),
+                                     cpu.col("name")[call_rows].tolist(), strict=True):
+        calls.append((tid, begin, end, op_of[code]))
     if not calls:
         return
     finder = CallOps(calls)
-    wanted = {int(correlation[i]) for i in dev_rows}
-    launch_ts, launch_ok = to_ns([t for c, t, _ in scan.launches if c in wanted])
-    where = {c: (tid, int(ts)) for (c, _, tid), ts, ok in zip(
-        (x for x in scan.launches if x[0] in wanted), launch_ts, launch_ok, strict=True) if ok}
+    launch = scan.launch
+    wanted = np.isin(launch.col("corr"), correlation[np.asarray(dev_rows, dtype=np.int64)]) & launch.ok("ts")
+    where = {c: (tid, ts) for c, tid, ts in zip(launch.col("corr")[wanted].tolist(), launch.col("tid")[wanted].tolist(),
+                                               launch.col("ts")[wanted].tolist(), strict=True)}
     for i, k in zip(dev_rows, out_rows, strict=True):
         hit = where.get(int(correlation[i]))
         call = finder.op_at(*hit) if hit else None

@@ -24,8 +24,8 @@ from commprof.ingest.decode import Event, Trace, merge_headers
 from commprof.ingest.salvage import Damage, decode_each, last_boundary, scan, skip_ws
 
 READ_BLOCK = 1 << 20
-TEXT_BLOCK = 4 << 20  # decompressed bytes handed over at a time
-PIECE_BYTES = 4 << 20  # decode once this much text is pending
+TEXT_BLOCK = 256 << 10  # decompressed bytes handed over at a time
+PIECE_BYTES = 256 << 10  # decode once this much text is pending (a piece's events cost ~3x its text)
 # float literals arrive as their text: epoch µs do not fit a float64 to the ns (see exact_time)
 _events_decoder = msgspec.json.Decoder(list[Event], float_hook=str)
 _header_decoder = msgspec.json.Decoder(Trace, float_hook=str)

@@ -79,9 +79,14 @@ def guarded(fn: Callable[..., Any], *args: Any) -> Outcome:
 _WORKER_JEMALLOC = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 
-def _init_worker() -> None:
-    """Runs in each pool worker before any task (so before polars loads its allocator)."""
+def _init_worker(threads: int = 0) -> None:
+    """Runs in each pool worker before any task (so before polars loads its allocator and starts its
+    thread pool). ``threads``: the cores this worker's polars may use — the pool already has a process
+    per core, and each idle polars thread holds memory of its own (a 20 MB trace's task peaked ~6 MB
+    higher with a thread per core than with one, and ran no faster: bench/bench_scale.py)."""
     os.environ.setdefault("_RJEM_MALLOC_CONF", _WORKER_JEMALLOC)
+    if threads > 0:
+        os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
 
 
 _TRIM_ABOVE_BYTES = 48 << 20  # resident growth since the worker's first task that is handed back
@@ -243,7 +248,7 @@ class LocalPool(Runner):
         process does the work; a pool that breaks later broke on a task (see _retry_alone)."""
         self.workers = n
         self._pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_init_worker)
+                                         initializer=_init_worker, initargs=(max(1, usable_cpus() // n),))
         try:
             self._pool.submit(os.getpid).result()
         except BrokenProcessPool:

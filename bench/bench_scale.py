@@ -12,7 +12,11 @@
    msgspec imported) and above a warm one (that has also run one task on a small trace: the lazy imports
    and the libraries' code a task pages in, which no trace's size changes). The total is printed too; at
    20 MB a trace is a fifth of the interpreter's own ~85 MB.
-4. HTA 0.5.0 (.bench-venv, as bench_ingest.py sets it up) and commprof on the same 16-rank subset,
+4. Memory against trace size: one rank's trace of ~20, 50, 100 and 200 MB (2-rank synthetic runs, cached),
+   each opened and analyzed alone in a fresh interpreter set up as a pool worker: its peak RSS in all,
+   and above the warm worker of 3. Memory that follows the JSON would grow by about the trace's size;
+   what is kept grows by a fraction of it.
+5. HTA 0.5.0 (.bench-venv, as bench_ingest.py sets it up) and commprof on the same 16-rank subset,
    each in a fresh interpreter through bench/child.py: time and peak-RSS ratios.
 
 The figures go to .bench/scale.json. This is a report, not a test: the exit status is 0 when a
@@ -29,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +88,27 @@ with tempfile.TemporaryDirectory() as cache:
 gc.collect()
 print(json.dumps({"idle": idle, "warm": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+ONE_TRACE = """
+import gc, json, resource, sys, tempfile, time
+from pathlib import Path
+import commprof, commprof.run
+from commprof.ingest.runner import InProcess
+from commprof.report import analysis_json
+small, path = sys.argv[1], sys.argv[2]
+with tempfile.TemporaryDirectory() as cache:  # warm: the first task of a worker, on a small trace
+    analysis_json.build(commprof.analyze(commprof.open_run(small, cache_dir=cache, runner=InProcess()),
+                                         runner=InProcess()))
+gc.collect()
+warm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t0 = time.perf_counter()
+with tempfile.TemporaryDirectory() as cache:
+    run = commprof.open_run(path, cache_dir=cache, runner=InProcess(), ranks=[0])
+    report = analysis_json.build(commprof.analyze(run, runner=InProcess()))
+print(json.dumps({"warm_mb": warm, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "seconds": time.perf_counter() - t0, "ranks": len(report["ranks"])}))
+"""
+CURVE_MB = (50.0, 100.0, 200.0)  # besides the big run's largest trace
+
 # the small trace a "warm" worker has run (its first task: lazy imports done, polars' code for a task paged in)
 SMALL_TRACE = REPO / "sample_traces" / "synth_2x8_tp8_dp2" / "raw" / "traces" / "rank-0.json.gz"
 
@@ -105,6 +131,49 @@ def _largest_trace_mb(run: Path) -> tuple[str, float]:
         memo.write_text(json.dumps(sizes))
     name = max(sizes, key=lambda k: sizes[k])
     return name, sizes[name]
+
+
+def _worker_env(workers: int) -> dict[str, str]:
+    """The environment runner._init_worker gives a pool worker of ``workers`` on this machine."""
+    return {**os.environ, "_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0",
+            "POLARS_MAX_THREADS": str(max(1, (os.cpu_count() or 1) // max(1, workers)))}
+
+
+def memory_curve(big_run: Path, cache: Path) -> list[dict[str, Any]]:
+    """Peak RSS of one process opening and analyzing one rank's trace, for traces of several sizes."""
+    from commprof.synth import SynthConfig, generate
+
+    base = SynthConfig(nodes=1, gpus_per_node=2, sizes={"tp": 2}, steps=3, kernels_per_phase=1, seed=1)
+    runs = [(big_run, 0)]
+    for mb in CURVE_MB:
+        folder = cache / f"one-trace-{mb:g}mb"
+        if not (folder / ".complete").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            # ~0.12 MB of JSON per kernel per phase in this 2-rank layout (measured: 1520 -> 183 MB)
+            generate(replace(base, kernels_per_phase=max(1, int(mb / 0.1205))), folder / "run", compresslevel=1,
+                     jobs=2)
+            (folder / ".complete").write_text("{}")
+        runs.append((folder / "run", 0))
+    out = []
+    for run, rank in runs:
+        trace = run / "raw" / "traces" / f"rank-{rank}.json.gz"
+        mb = scale_run.trace_mb(trace)
+        done = subprocess.run([sys.executable, "-c", ONE_TRACE, str(SMALL_TRACE), str(run)],
+                              capture_output=True, text=True, cwd=REPO, env=_worker_env(2), timeout=1800)
+        if done.returncode:
+            out.append({"trace_mb": mb, "error": done.stderr.strip().splitlines()[-1:]})
+            continue
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        r.update(trace_mb=mb, peak_over_trace=r["peak_mb"] / mb,
+                 above_warm_over_trace=(r["peak_mb"] - r["warm_mb"]) / mb)
+        out.append(r)
+        print(f"one trace of {mb:.0f} MB: peak RSS {r['peak_mb']:.0f} MB = {r['peak_over_trace']:.2f}x the trace "
+              f"(above the warm process' {r['warm_mb']:.0f} MB: {r['above_warm_over_trace']:.2f}x), "
+              f"{r['seconds']:.1f} s", flush=True)
+    if len(out) > 1 and all("error" not in r for r in out):
+        slope = (out[-1]["peak_mb"] - out[0]["peak_mb"]) / (out[-1]["trace_mb"] - out[0]["trace_mb"])
+        print(f"peak RSS grows by {slope:.2f} MB per MB of trace JSON", flush=True)
+    return out
 
 
 def end_to_end(run: Path, workers: int, scratch: Path) -> dict[str, Any]:
@@ -172,6 +241,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--workers", default="1,2", help="worker counts to time, comma-separated")
     parser.add_argument("--hta-ranks", type=int, default=16, help="ranks of the HTA comparison (0: skip)")
+    parser.add_argument("--no-curve", dest="curve", action="store_false", help="skip the memory-vs-size curve")
     parser.add_argument("--cache", type=Path, default=scale_run.DEFAULT_CACHE, help="where the run is kept")
     args = parser.parse_args()
 
@@ -183,10 +253,9 @@ def main() -> int:
     result: dict[str, Any] = {"run": str(run), "made": made, "largest_trace_mb": largest_mb,
                               "load": os.getloadavg(), "nice": os.nice(0)}
     # with the environment a pool worker gets (runner._init_worker: jemalloc decay, polars threads per worker)
-    idle = json.loads(subprocess.run(
-        [sys.executable, "-c", IDLE_WORKER, str(SMALL_TRACE)], capture_output=True, text=True, check=True, cwd=REPO,
-        env={**os.environ, "_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0",
-             "POLARS_MAX_THREADS": str(max(1, (os.cpu_count() or 1) // max(counts)))}).stdout.strip())
+    env = _worker_env(max(counts, default=2))
+    idle = json.loads(subprocess.run([sys.executable, "-c", IDLE_WORKER, str(SMALL_TRACE)], capture_output=True,
+                                     text=True, check=True, cwd=REPO, env=env).stdout.strip())
     result["idle_worker_mb"], result["warm_worker_mb"] = idle["idle"], idle["warm"]
     scratch = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     try:
@@ -213,6 +282,8 @@ def main() -> int:
                     ratio = result["workers_1"]["total_s"] / result[f"workers_{n}"]["total_s"]
                     result[f"scaling_1_to_{n}"] = ratio
                     print(f"scaling 1 -> {n} workers: {ratio:.2f}x faster (ideal {n}x on {n} free cores)")
+        if args.curve:
+            result["memory_curve"] = memory_curve(run, args.cache)
         if args.hta_ranks:
             result["hta"] = _hta_report(run, args, scratch)
     finally:

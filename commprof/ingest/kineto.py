@@ -428,18 +428,22 @@ def _gpu_collectives(
     name_table, lane_table = scan.dev_names.table(), scan.lane_names
     name_codes, lane_codes = scan.dev.col("name")[idx].tolist(), scan.dev.col("lane")[idx].tolist()
     cols: dict[str, list[Any]] = {key: [] for key in COMM_FIELDS}
+    appends = [(key, cols[key].append) for key in COMM_FIELDS]
     ambiguous: list[int] = []  # positions whose op the kernel name leaves open
-    by_ext = scan.comm_args_by_external_id
+    by_ext, comm_args = scan.comm_args_by_external_id, scan.dev_comm_args
+    normalize_op, kernel_op = names.normalize_op, names.kernel_op
     for k, i in enumerate(rows):
-        args = scan.dev_comm_args[i]
-        ext = as_int(args.external_id)
+        args = comm_args[i]
+        ext = args.external_id
+        if type(ext) is not int:
+            ext = as_int(ext)
         fields = comm_fields(args, by_ext.get(ext) if ext is not None else None)
         named = fields["op"]
-        fields["op"] = names.normalize_op(named) if named else names.kernel_op(name_table[name_codes[k]])
+        fields["op"] = normalize_op(named) if named else kernel_op(name_table[name_codes[k]])
         if named is None and fields["op"] in ("send_recv", "unknown"):
             ambiguous.append(k)
-        for key, values in cols.items():
-            values.append(fields[key])
+        for key, append in appends:
+            append(fields[key])
     if ambiguous:
         name_ambiguous(scan, cols["op"], [rows[k] for k in ambiguous], ambiguous, correlation, start)
     unknown = np.array([pg is None and size is None for pg, size in zip(cols["pg"], cols["bytes"], strict=True)],

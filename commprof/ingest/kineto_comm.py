@@ -68,41 +68,48 @@ def parse_ranks(value: object) -> list[int] | None:
 
 
 def comm_fields(args: Args | None, fallback: Args | None) -> dict[str, Any]:
-    """pg, op, bytes, dtype, group size, peer and seq from record_param_comms-style args. A size that
-    the args do not give is None (unknown), never 0."""
-
-    sources = [a for a in (args, fallback) if a is not None]
-
-    def pick(attr: str) -> Any:
-        for source in sources:
-            value = getattr(source, attr)
-            if value is not None:
-                return value
-        return None
-
-    if not sources or all(a.collective_name is None and a.in_nelems is None and a.pg_name is None for a in sources):
+    """pg, op, bytes, dtype, group size, peer and seq from record_param_comms-style args (a field
+    ``args`` lacks is taken from ``fallback``). A size that the args do not give is None (unknown),
+    never 0. Runs once per communication kernel: written flat, without a helper call per field."""
+    if args is None:
+        args, fallback = fallback, None
+    if args is None or (args.collective_name is None and args.in_nelems is None and args.pg_name is None and (
+            fallback is None or (fallback.collective_name is None and fallback.in_nelems is None
+                                 and fallback.pg_name is None))):
         return dict.fromkeys(COMM_FIELDS)
-
-    dtype = pick("dtype")
+    op, pg, dtype, in_n, out_n = args.collective_name, args.pg_name, args.dtype, args.in_nelems, args.out_nelems
+    dst, src, group_size, seq, is_async = args.dst_rank, args.src_rank, args.group_size, args.seq, args.is_async
+    if fallback is not None:
+        f = fallback
+        op = op if op is not None else f.collective_name
+        pg = pg if pg is not None else f.pg_name
+        dtype = dtype if dtype is not None else f.dtype
+        in_n = in_n if in_n is not None else f.in_nelems
+        out_n = out_n if out_n is not None else f.out_nelems
+        dst = dst if dst is not None else f.dst_rank
+        src = src if src is not None else f.src_rank
+        group_size = group_size if group_size is not None else f.group_size
+        seq = seq if seq is not None else f.seq
+        is_async = is_async if is_async is not None else f.is_async
     size = names.dtype_size(dtype)
-    nelems = [n for n in (bounded_int(pick("in_nelems"), 0, INT64_LIMIT),
-                          bounded_int(pick("out_nelems"), 0, INT64_LIMIT)) if n is not None]
-    nbytes = max(nelems) * size if nelems and size else None
-    if nbytes is not None and nbytes >= INT64_LIMIT:
-        nbytes = None
-    peer = bounded_int(pick("dst_rank"), 0, MAX_RANK)
+    nbytes = None
+    if size:
+        nelems = [n for n in (bounded_int(in_n, 0, INT64_LIMIT), bounded_int(out_n, 0, INT64_LIMIT)) if n is not None]
+        if nelems:
+            nbytes = max(nelems) * size
+            if nbytes >= INT64_LIMIT:
+                nbytes = None
+    peer = bounded_int(dst, 0, MAX_RANK)
     if peer is None:
-        peer = bounded_int(pick("src_rank"), 0, MAX_RANK)
-    pg = pick("pg_name")
-    is_async = pick("is_async")
+        peer = bounded_int(src, 0, MAX_RANK)
     return {
-        "op": pick("collective_name"),
+        "op": op,
         "pg": str(pg) if pg is not None else None,
         "bytes": nbytes,
         "dtype": dtype,
-        "group_size": bounded_int(pick("group_size"), 1, MAX_RANK),
+        "group_size": bounded_int(group_size, 1, MAX_RANK),
         "peer": peer,
-        "seq": bounded_int(pick("seq"), 0, INT64_LIMIT),
+        "seq": bounded_int(seq, 0, INT64_LIMIT),
         "is_async": bool(as_int(is_async)) if is_async is not None else None,
     }
 

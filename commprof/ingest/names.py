@@ -4,6 +4,7 @@ how many bytes an element of a dtype has."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 COMM_KERNEL_PREFIXES = ("nccl", "rccl")
 # CPU ops that are collectives. The first group run the transfer on the CPU (Gloo, MPI, UCC, oneCCL's
@@ -79,6 +80,7 @@ def looks_like_comm(name: str) -> bool:
     return _LOOKS_LIKE_COMM.search(name) is not None
 
 
+@lru_cache(maxsize=4096)  # kernel and op names repeat by the thousand within a trace
 def kernel_op(name: str) -> str:
     """The collective a communication kernel runs, from its name."""
     if name.startswith(COMM_KERNEL_PREFIXES):
@@ -116,6 +118,7 @@ def is_wait_op(name: str) -> bool:
     return name.startswith(_WAIT_PREFIXES) or name in _WAIT_NAMES
 
 
+@lru_cache(maxsize=4096)
 def normalize_op(name: str) -> str:
     """``allreduce``, ``nccl:all_reduce``, ``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` -> ``all_reduce``."""
     match = _KERNEL_OP.search(name)

@@ -130,7 +130,8 @@ def _odd(frame: pl.DataFrame, key: str, value: str) -> pl.DataFrame:
 def rule_desync(c: Ctx) -> list[Finding]:
     out = []
     calls = c.a.collectives.filter(pl.col("match_key").is_not_null() & ~pl.col("op").is_in(list(P2P_OPS))
-                                   & (pl.col("matched_ranks") > 1))
+                                   & (pl.col("matched_ranks") > 1)).select("rank", "pg", "match_key", "op", "step",
+                                                                            "bytes")
     ops = _odd(calls, "match_key", "op")
     sized = calls.filter(pl.col("op").is_in(SAME_SIZE_OPS) & pl.col("bytes").is_not_null())
     sizes = _odd(sized.filter(pl.col("op").n_unique().over("match_key") == 1), "match_key", "bytes")

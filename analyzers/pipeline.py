@@ -207,11 +207,12 @@ def step_summaries(w: _Work) -> None:
         w.collectives = c
     ranks = sm.rank_summary(st)
     c = sm.analyzed(c)  # the calls of analyzed steps, with bandwidth inputs: once for every summary
+    rank_steps = sm.group_rank_steps(c, st, pgs)  # each group's rank-steps: the per-group denominators
     w.out.update(
         rank_summary=ranks, totals=sm.totals(ranks), rank_distribution=rank_distribution(ranks),
-        group_summary=sm.group_summary(c, st, w.pg_steps, pgs),
+        group_summary=sm.group_summary(c, st, w.pg_steps, pgs, rank_steps),
         collectives_summary=sm.collectives_summary(c),
-        call_sizes=sm.call_sizes(c, st, pgs),
+        call_sizes=sm.call_sizes(c, st, pgs, rank_steps),
         dimension_tier=sm.dimension_tier(c, st, w.pg_steps, pgs),
         by_dimension=sm.dimension_tier(c, st, w.pg_steps, pgs, ("dimension",)),
         by_tier=sm.dimension_tier(c, st, w.pg_steps, pgs, ("tier",)),

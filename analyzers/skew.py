@@ -116,6 +116,12 @@ def analyze_skew(collectives: pl.DataFrame, ranks: pl.DataFrame) -> Skew:
         return Skew(pl.DataFrame(schema=CALL_SKEW), pl.DataFrame(schema=HOST_CLOCKS), "none", 0)
     host_of = ranks.select("rank", pl.col("host").fill_null("?"))
     hosts = ranks.sort("rank")["host"].fill_null("?").unique(maintain_order=True).to_list()
+    if collectives["rank"].n_unique() == 1:  # one rank's calls (a single trace): nothing to match them with
+        op = pl.col("op")
+        keyed_calls = collectives.select((~op.is_in(list(P2P_OPS)) | (op.is_in(["send", "recv"])
+                                                                       & pl.col("peer").is_not_null())).sum()).item()
+        nothing = pl.DataFrame(schema={"match_key": pl.String, "host": pl.String, "end_ns": pl.Int64})
+        return Skew(pl.DataFrame(schema=CALL_SKEW), _fit_clocks(nothing, hosts), "none", int(keyed_calls))
     coll = (collectives.select("rank", "call", pl.col("pg").fill_null(UNKNOWN), "seq", "op", "peer", "start_ns",
                                "end_ns")
             .join(host_of, on="rank", how="left").with_columns(pl.col("host").fill_null("?")))

@@ -114,7 +114,7 @@ def collectives_summary(collectives: pl.DataFrame) -> pl.DataFrame:
         "exposed_ns", "pg", "op", descending=[True, False, False])
 
 
-def _group_rank_steps(collectives: pl.DataFrame, steps: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
+def group_rank_steps(collectives: pl.DataFrame, steps: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
     """pg -> the analyzed rank-steps of its ranks (the ranks seen calling it when its members are unknown)."""
     per_rank = steps.group_by("rank").agg(pl.len().alias("_n"), (pl.col("end_ns") - pl.col("start_ns")).sum()
                                           .alias("_step_ns"))
@@ -127,8 +127,9 @@ def _group_rank_steps(collectives: pl.DataFrame, steps: pl.DataFrame, groups: pl
 
 
 def group_summary(collectives: pl.DataFrame, steps: pl.DataFrame, pg_steps: pl.DataFrame,
-                  groups: pl.DataFrame) -> pl.DataFrame:
-    """Per process group: op mix, bytes, comm and exposed time per rank-step of its ranks, bandwidth."""
+                  groups: pl.DataFrame, rank_steps: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per process group: op mix, bytes, comm and exposed time per rank-step of its ranks, bandwidth.
+    ``rank_steps``: :func:`group_rank_steps` when the caller has it already."""
     coll = _with_bw_inputs(analyzed(collectives))
     per_pg = coll.group_by("pg").agg(
         pl.col("rank").n_unique().alias("ranks_seen"),
@@ -142,7 +143,8 @@ def group_summary(collectives: pl.DataFrame, steps: pl.DataFrame, pg_steps: pl.D
     per = pl.col("rank_steps")
     out = (
         groups.join(per_pg, on="pg", how="full", coalesce=True)
-        .join(_group_rank_steps(collectives, steps, groups), on="pg", how="left")
+        .join(group_rank_steps(collectives, steps, groups) if rank_steps is None else rank_steps, on="pg",
+              how="left")
         .join(time, on="pg", how="left")
         .with_columns(pl.col("rank_steps").fill_null(max(steps.height, 1)))
         .with_columns(
@@ -161,13 +163,15 @@ def group_summary(collectives: pl.DataFrame, steps: pl.DataFrame, pg_steps: pl.D
     return out.sort(pl.col("exposed_total_ns").fill_null(0), "pg", descending=[True, False])
 
 
-def call_sizes(collectives: pl.DataFrame, steps: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
-    """Per (pg, op, bytes): calls, ranks, mean duration, exposed per rank-step of the group, bandwidth."""
+def call_sizes(collectives: pl.DataFrame, steps: pl.DataFrame, groups: pl.DataFrame,
+               rank_steps: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per (pg, op, bytes): calls, ranks, mean duration, exposed per rank-step of the group, bandwidth.
+    ``rank_steps``: :func:`group_rank_steps` when the caller has it already."""
     coll = analyzed(collectives)
     out = _agg(coll, ["pg", "dimension", "tier", "op", "bytes"], bytes_col=False).join(
         coll.group_by("pg", "op", "bytes").agg(pl.col("rank").n_unique().alias("ranks")),
         on=["pg", "op", "bytes"], how="left", nulls_equal=True)
-    per = _group_rank_steps(collectives, steps, groups).drop("_steps_ns")
+    per = (group_rank_steps(collectives, steps, groups) if rank_steps is None else rank_steps).drop("_steps_ns")
     return (out.join(per, on="pg", how="left")
             .with_columns(pl.col("rank_steps").fill_null(max(steps.height, 1)))
             .with_columns((pl.col("comm_ns") / pl.col("count")).alias("mean_ns"),

@@ -48,7 +48,19 @@ OUT_JSON = REPO / ".bench" / "scale.json"
 RSS_TARGET = 1.5
 HTA_FALLBACK_MB = 5.0
 
-END_TO_END = """
+# Peak RSS is read from /proc/PID/status (VmHWM: this process image's own high-water mark), never from
+# getrusage: Linux carries the parent's RSS at fork into the child's ru_maxrss across exec, so a worker
+# spawned by a 300 MB process would report at least 300 MB whatever it did itself.
+HWM = """
+def hwm_mb(pid="self"):
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return 0.0
+"""
+
+END_TO_END = HWM + """
 import json, resource, sys, time
 t0 = time.perf_counter()
 import commprof, commprof.run
@@ -63,15 +75,17 @@ with make_runner(workers) as runner:
     report = analysis_json.build(analysis)
     t3 = time.perf_counter()
     where = runner.describe()
+    pool = getattr(getattr(runner, "_pool", None), "_processes", None) or {}  # the live pool's workers
+    workers_mb = max((hwm_mb(pid) for pid in pool), default=0.0)
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu_s = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 print(json.dumps({"cpu_s": cpu_s, "import_s": t1 - t0, "ingest_s": t2 - t1, "analyze_s": t3 - t2, "total_s": t3 - t1,
                   "ranks": len(report["ranks"]), "parsed": run.ingested.parsed, "runner": where,
                   "exposed_comm_ns": report["totals"].get("exposed_comm_ns"),
-                  "maxrss_main_mb": me.ru_maxrss / 1024, "maxrss_worker_mb": kids.ru_maxrss / 1024}))
+                  "maxrss_main_mb": hwm_mb(), "maxrss_worker_mb": workers_mb}))
 """
 
-IDLE_WORKER = """
+IDLE_WORKER = HWM + """
 import gc, json, resource, sys, tempfile
 from pathlib import Path
 import commprof.ingest.kineto, commprof.ingest.store, commprof.analyzers.overlap, commprof.ingest.tables
@@ -79,16 +93,16 @@ import polars as pl
 from commprof.ingest.runner import pooled
 from commprof.ingest.store import FileEntry, parse_one
 pl.DataFrame({"a": [1]}).write_parquet("/dev/null")
-idle = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+idle = hwm_mb()
 small = Path(sys.argv[1])
 entry = FileEntry(path=small, rel=small.name, stem="rank-0", size=small.stat().st_size,
                   mtime_ns=small.stat().st_mtime_ns)
 with tempfile.TemporaryDirectory() as cache:
     assert pooled(parse_one, entry, Path(cache), None).error is None
 gc.collect()
-print(json.dumps({"idle": idle, "warm": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"idle": idle, "warm": hwm_mb()}))
 """
-ONE_TRACE = """
+ONE_TRACE = HWM + """
 import gc, json, resource, sys, tempfile, time
 from pathlib import Path
 import commprof, commprof.run
@@ -99,12 +113,12 @@ with tempfile.TemporaryDirectory() as cache:  # warm: the first task of a worker
     analysis_json.build(commprof.analyze(commprof.open_run(small, cache_dir=cache, runner=InProcess()),
                                          runner=InProcess()))
 gc.collect()
-warm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+warm = hwm_mb()
 t0 = time.perf_counter()
 with tempfile.TemporaryDirectory() as cache:
     run = commprof.open_run(path, cache_dir=cache, runner=InProcess(), ranks=[0])
     report = analysis_json.build(commprof.analyze(run, runner=InProcess()))
-print(json.dumps({"warm_mb": warm, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"warm_mb": warm, "peak_mb": hwm_mb(),
                   "seconds": time.perf_counter() - t0, "ranks": len(report["ranks"])}))
 """
 CURVE_MB = (50.0, 100.0, 200.0)  # besides the big run's largest trace

@@ -32,6 +32,9 @@ HOST_CLOCKS = pl.Schema({
     "host": pl.String, "offset_ns": pl.Int64, "residual_ns": pl.Int64, "calls_used": pl.Int64, "fit": pl.String,
 })
 FIT_ITERATIONS = 6
+# the calls matched across ranks: collectives by group (pg, seq or order), point-to-point by (pair, order)
+GROUP_CALL = ~pl.col("op").is_in(list(P2P_OPS))
+P2P_CALL = pl.col("op").is_in(["send", "recv"]) & pl.col("peer").is_not_null()
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class Skew:
 
 def _keys(coll: pl.DataFrame) -> pl.DataFrame:
     """rank, call, host, start/end, and the key that names the same call on every rank."""
-    group = coll.filter(~pl.col("op").is_in(list(P2P_OPS)))
+    group = coll.filter(GROUP_CALL)
     with_seq = group.group_by("pg").agg(pl.col("seq").is_not_null().all().alias("_by_seq"))
     group = (
         group.join(with_seq, on="pg", how="left")
@@ -59,7 +62,7 @@ def _keys(coll: pl.DataFrame) -> pl.DataFrame:
         )
     )
     p2p = (
-        coll.filter(pl.col("op").is_in(["send", "recv"]) & pl.col("peer").is_not_null())
+        coll.filter(P2P_CALL)
         .with_columns(
             pl.when(pl.col("op") == "send").then(pl.col("rank")).otherwise(pl.col("peer")).alias("_src"),
             pl.when(pl.col("op") == "send").then(pl.col("peer")).otherwise(pl.col("rank")).alias("_dst"),
@@ -117,9 +120,7 @@ def analyze_skew(collectives: pl.DataFrame, ranks: pl.DataFrame) -> Skew:
     host_of = ranks.select("rank", pl.col("host").fill_null("?"))
     hosts = ranks.sort("rank")["host"].fill_null("?").unique(maintain_order=True).to_list()
     if collectives["rank"].n_unique() == 1:  # one rank's calls (a single trace): nothing to match them with
-        op = pl.col("op")
-        keyed_calls = collectives.select((~op.is_in(list(P2P_OPS)) | (op.is_in(["send", "recv"])
-                                                                       & pl.col("peer").is_not_null())).sum()).item()
+        keyed_calls = collectives.select((GROUP_CALL | P2P_CALL).sum()).item()
         nothing = pl.DataFrame(schema={"match_key": pl.String, "host": pl.String, "end_ns": pl.Int64})
         return Skew(pl.DataFrame(schema=CALL_SKEW), _fit_clocks(nothing, hosts), "none", int(keyed_calls))
     coll = (collectives.select("rank", "call", pl.col("pg").fill_null(UNKNOWN), "seq", "op", "peer", "start_ns",

@@ -144,7 +144,7 @@ class _Pass:
     gpu_pids: set[Any] = field(default_factory=set)
     devices: set[str] = field(default_factory=set)
     lanes: dict[tuple[Any, Any], int] = field(default_factory=dict)  # (device, stream) -> lane code
-    lane_names: list[str] = field(default_factory=list)
+    lane_names: Codes = field(default_factory=Codes)  # lane text -> code (keys that print alike share one)
     dev_names: Codes = field(default_factory=Codes)  # kernel / memcpy names
     cpu_names: Codes = field(default_factory=Codes)  # CPU op names
     pids: Codes = field(default_factory=Codes)
@@ -162,9 +162,9 @@ class _Pass:
         kernel_kinds, cpu_roles, launch_names = self.kernel_kinds, self.cpu_roles, self.launch_names
         dev, cpu, launch = self.dev.pending, self.cpu.pending, self.launch.pending
         d_ts, d_dur, d_name, d_lane = dev["ts"].append, dev["dur"].append, dev["name"].append, dev["lane"].append
-        d_kind, d_corr, d_count = dev["kind"].append, dev["corr"].append, dev["ts"]
+        d_kind, d_corr = dev["kind"].append, dev["corr"].append
         c_ts, c_dur, c_name, c_cat = cpu["ts"].append, cpu["dur"].append, cpu["name"].append, cpu["cat"].append
-        c_pid, c_tid, c_count = cpu["pid"].append, cpu["tid"].append, cpu["ts"]
+        c_pid, c_tid = cpu["pid"].append, cpu["tid"].append
         l_ts, l_corr, l_tid = launch["ts"].append, launch["corr"].append, launch["tid"].append
         dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
         for ev in events:
@@ -185,14 +185,14 @@ class _Pass:
                 elif role == _COMM_OP:
                     args = decode_args(ev.args)
                     if args is not None:
-                        self.cpu_comm_args[self.cpu.flushed + len(c_count)] = _own_raw(args)
+                        self.cpu_comm_args[len(self.cpu)] = _own_raw(args)
                 elif role == _PARAM_COMMS:
                     args = decode_args(ev.args)
                     ext = as_int(args.external_id) if args is not None else None
                     if args is not None and ext is not None:
                         self.comm_args_by_external_id[ext] = _strip_raw(args)
                 else:
-                    self.step_rows.append(self.cpu.flushed + len(c_count))
+                    self.step_rows.append(len(self.cpu))
                 c_pid(pids[ev.pid])
                 c_tid(tids[ev.tid])
                 c_name(cpu_names[name])
@@ -227,7 +227,7 @@ class _Pass:
                     known = kernel_kinds.get(name)
                     row_kind = known if known is not None else self._kernel_kind(name)
                 if row_kind == _COMM:
-                    self.dev_comm_args[self.dev.flushed + len(d_count)] = _strip_raw(args)
+                    self.dev_comm_args[len(self.dev)] = _strip_raw(args)
                 dev_corr = args.correlation
                 if type(dev_corr) is not int or not -INT64_LIMIT <= dev_corr < INT64_LIMIT:
                     read = as_int(dev_corr)  # missing, floats: rare writers
@@ -263,13 +263,7 @@ class _Pass:
     def _lane(self, key: tuple[Any, Any]) -> int:
         dev = str(as_int(key[0]) if as_int(key[0]) is not None else key[0])
         self.devices.add(dev)
-        lane = f"gpu {dev} stream {as_int(key[1])}"
-        if lane in self.lane_names:  # two keys that print alike (stream 7 and 7.0) share a lane
-            code = self.lane_names.index(lane)
-        else:
-            code = len(self.lane_names)
-            self.lane_names.append(lane)
-        self.lanes[key] = code
+        code = self.lanes[key] = self.lane_names[f"gpu {dev} stream {as_int(key[1])}"]
         return code
 
     def _metadata(self, ev: Event, args: Args | None) -> None:
@@ -386,7 +380,7 @@ def _gpu_tables(
     intervals = pl.DataFrame(
         {
             "rank": np.full(len(start), rank, dtype=np.int32),
-            "lane": pl.Series(scan.lane_names, dtype=pl.String).gather(dev.col("lane")),
+            "lane": pl.Series(scan.lane_names.table(), dtype=pl.String).gather(dev.col("lane")),
             "name": name_table.gather(dev.col("name")),
             "kind": pl.Series(KIND_TABLE, dtype=pl.String).gather(dev.col("kind")),
             "start_ns": start,
@@ -425,7 +419,7 @@ def _gpu_collectives(
     idx = np.fromiter(scan.dev_comm_args.keys(), dtype=np.int64, count=len(scan.dev_comm_args))
     idx = idx[valid[idx]]
     rows = idx.tolist()
-    name_table, lane_table = scan.dev_names.table(), scan.lane_names
+    name_table, lane_table = scan.dev_names.table(), scan.lane_names.table()
     name_codes, lane_codes = scan.dev.col("name")[idx].tolist(), scan.dev.col("lane")[idx].tolist()
     cols: dict[str, list[Any]] = {key: [] for key in COMM_FIELDS}
     appends = [(key, cols[key].append) for key in COMM_FIELDS]

@@ -13,8 +13,12 @@ collective calls nested in it (a thread blocked in ``c10d::send`` is not computi
 
 Step windows come from the ``ProfilerStep#N`` marks: step k spans from its start to the next step's
 start; the first window reaches back to the earliest recorded activity and the last reaches forward
-to the latest, so every recorded interval belongs to exactly one step: the default assigns work by
-when it runs, because the GPU trails the CPU. With ``hta_compat`` the rules are Holistic Trace
+to the latest device or communication activity, so every recorded interval belongs to exactly one
+step: the default assigns work by when it runs, because the GPU trails the CPU. CPU ops still open
+when the last mark closes do not stretch it: the profiler stops inside them (a step mark closes in
+``profiler.step()``, often called from the optimizer's post-step hook, and ``Optimizer.step`` then
+holds the profiler's stop and export, up to 100+ ms), so their tail is the profiler's work, not the
+step's. With ``hta_compat`` the rules are Holistic Trace
 Analysis': the last step is dropped, a device event is kept only when its launch (``launch_ns``, the
 runtime call joined by correlation) started before the last step's start, events whose launch is not in
 the trace are dropped, and on traces with fractional-µs timestamps times are rounded inward to whole µs,
@@ -115,9 +119,11 @@ def _hta_cut_key(frame: pl.DataFrame) -> pl.Expr:
 def _windows(
     marks: pl.DataFrame, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], settings: OverlapSettings,
     warnings: list[str], rank: int, keys: npt.NDArray[np.int64] | None = None,
+    host_side: npt.NDArray[np.bool_] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int | None]:
     """Step ids, window bounds (len n+1) and the cut-off for ``hta_compat`` (intervals whose ``keys``,
-    default their starts, are not before it are dropped)."""
+    default their starts, are not before it are dropped). ``host_side`` marks the CPU ops that are not
+    communication: they stretch the last window only up to the last mark's end (module doc)."""
     order = np.argsort(marks["step"].to_numpy(), kind="stable")
     step_ids = marks["step"].to_numpy().astype(np.int64)[order]
     mark_start = marks["start_ns"].to_numpy().astype(np.int64)[order]
@@ -141,7 +147,8 @@ def _windows(
     bounds = np.append(mark_start, nominal_end).astype(np.int64)
     if eligible.any():
         bounds[0] = min(bounds[0], int(starts[eligible].min()))
-        bounds[-1] = max(bounds[-1], int(ends[eligible].max()))
+        reach = ends if host_side is None else np.where(host_side, np.minimum(ends, nominal_end), ends)
+        bounds[-1] = max(bounds[-1], int(reach[eligible].max()))
     return step_ids, bounds, cutoff
 
 
@@ -169,7 +176,10 @@ def analyze_rank(
         keys = intervals.select(_hta_cut_key(intervals).fill_null(np.iinfo(np.int64).max)).to_series().to_numpy()
     starts = intervals["start_ns"].to_numpy().astype(np.int64)
     ends = intervals["end_ns"].to_numpy().astype(np.int64)
-    step_ids, bounds, cutoff = _windows(marks, starts, ends, settings, warnings, rank, keys)
+    host_side = None if settings.hta_compat else (  # HTA's window is its own (module doc)
+        ~intervals["lane"].str.starts_with("gpu ").fill_null(False).to_numpy()
+        & (intervals["kind"].cast(pl.String).to_numpy() != "comm"))
+    step_ids, bounds, cutoff = _windows(marks, starts, ends, settings, warnings, rank, keys, host_side)
     if cutoff is not None and keys is not None:
         keep = keys < cutoff
         unlaunched = int((keys == np.iinfo(np.int64).max).sum())

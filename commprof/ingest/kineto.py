@@ -95,8 +95,8 @@ _PLAIN, _COMM_OP, _PARAM_COMMS, _STEP = 0, 1, 2, 3
 
 def _cpu_role(name: str) -> int:
     """What a CPU op is to the pass (cached per name: op names repeat by the thousand)."""
-    if name.startswith(names.COMM_OP_PREFIXES):
-        return _COMM_OP
+    if name.startswith(names.COMM_OP_PREFIXES) or name.startswith(names.CALL_OP_PREFIXES):
+        return _COMM_OP  # c10d calls too: their input shapes link a worker op to its caller (gloo_calls)
     if name == "record_param_comms":
         return _PARAM_COMMS
     return _STEP if name.startswith("ProfilerStep#") else _PLAIN
@@ -136,7 +136,7 @@ class _Pass:
     dev_comm_args: dict[int, Args] = field(default_factory=dict)  # device row -> args of comm kernels
     cpu: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"pid": np.int32, "tid": np.int32,
                                                                   "name": np.int32, "cat": np.int32}))
-    cpu_comm_args: dict[int, Args] = field(default_factory=dict)  # cpu row -> args of comm ops
+    cpu_comm_args: dict[int, Args] = field(default_factory=dict)  # cpu row -> args of comm ops and c10d calls
     step_rows: list[int] = field(default_factory=list)  # cpu rows of ProfilerStep#N marks
     launch: Rows = field(default_factory=lambda: Rows(("ts",), {"corr": np.int64, "tid": np.int32}))
     comm_args_by_external_id: dict[int, Args] = field(default_factory=dict)

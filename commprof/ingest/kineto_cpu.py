@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from commprof.ingest import names
+from commprof.ingest import gloo_calls, names
 from commprof.ingest.decode import Args
 from commprof.ingest.kineto_comm import comm_fields
 from commprof.ingest.plausible import describe, implausible, reference
@@ -98,20 +98,22 @@ def cpu_tables(
     lane_names = {tid: thread_lane(pid, tid_table[tid], scan.thread_names) for tid in set(tid_codes)}
     lanes = [lane_names[tid] for tid in tid_codes]
     row_tids = [tid_table[c] for c in tid_codes]
+    groups = _gloo_groups(rows, row_names, row_tids, start, end, sidecar)
+    links = _link_calls(scan, rows, row_names, tid_codes, start, end, comm_rows, worker_threads, groups)
+    wait_rows = [(lanes[j], gloo_calls.wait_name(op), s, e) for j, s, e, op in links.waits]
     intervals = pl.DataFrame(
         {
-            "rank": np.full(len(rows), rank, dtype=np.int32),
-            "lane": lanes,
-            "name": row_names,
-            "kind": kinds,
-            "start_ns": start,
-            "end_ns": end,
-            "correlation": [None] * len(rows),
-            "launch_ns": start,  # a CPU op issues itself
+            "rank": np.full(len(rows) + len(wait_rows), rank, dtype=np.int32),
+            "lane": lanes + [w[0] for w in wait_rows],
+            "name": row_names + [w[1] for w in wait_rows],
+            "kind": kinds + ["wait"] * len(wait_rows),
+            "start_ns": np.concatenate([start, np.array([w[2] for w in wait_rows], np.int64)]),
+            "end_ns": np.concatenate([end, np.array([w[3] for w in wait_rows], np.int64)]),
+            "correlation": [None] * (len(rows) + len(wait_rows)),
+            "launch_ns": np.concatenate([start, np.array([w[2] for w in wait_rows], np.int64)]),  # a CPU op issues itself
         },
         schema=INTERVALS,
     )
-    groups = _gloo_groups(rows, row_names, row_tids, start, end, sidecar)
     group_size = {str(g.get("name")): len(g.get("ranks") or []) for g in (sidecar or {}).get("process_groups") or []}
     out: dict[str, list[Any]] = {key: [] for key in COLLECTIVES}
     for j, i in enumerate(rows):
@@ -129,12 +131,30 @@ def cpu_tables(
             fields["dtype"], fields["bytes"] = _bytes_from_inputs(args)
             if op == "all_gather" and fields["bytes"] is not None and fields["group_size"]:
                 fields["bytes"] *= fields["group_size"]  # Gloo shows the per-rank input; count the full buffer
-        fields["is_async"] = tid_codes[j] in worker_threads
+        if fields["seq"] is None and j in links.seq:
+            fields["seq"] = links.seq[j]  # the enqueueing call's annotation
+        # async: the calling thread went on while the worker moved the data (a blocking call is not)
+        fields["is_async"] = tid_codes[j] in worker_threads and not links.blocking.get(j, False)
         row = {**fields, "rank": rank, "op": op, "name": name, "start_ns": int(start[j]), "end_ns": int(end[j]),
                "lane": lanes[j], "launch_ns": int(start[j])}
         for column, values in out.items():
             values.append(row.get(column))
     return intervals, pl.DataFrame(out, schema=COLLECTIVES)
+
+
+def _link_calls(scan: _Pass, rows: list[int], row_names: list[str], tid_codes: list[int], start: np.ndarray,
+                end: np.ndarray, comm_rows: set[int], worker_threads: set[int],
+                groups: dict[int, Any]) -> gloo_calls.Links:
+    """Worker comm ops linked to the calls that enqueued them (commprof/ingest/gloo_calls.py), by
+    position in ``rows``."""
+    comm = np.array([i in comm_rows for i in rows], dtype=bool)
+    worker = np.array([tid in worker_threads for tid in tid_codes], dtype=bool)
+    if not (comm & worker).any():
+        return gloo_calls.Links({}, {}, [])
+    sized = {j: _bytes_from_inputs(scan.cpu_comm_args[i])[1] for j, i in enumerate(rows) if i in scan.cpu_comm_args}
+    pgs = [getattr(groups.get(i), "pg", None) for i in rows]
+    ops = gloo_calls.Ops(row_names, tid_codes, start, end, worker, comm, pgs, [sized.get(j) for j in range(len(rows))])
+    return gloo_calls.link_worker_calls(ops)
 
 
 def _bytes_from_inputs(args: Args) -> tuple[str | None, int | None]:

@@ -1,5 +1,7 @@
 """Algorithm and bus bandwidth with nccl-tests' conventions, using the collective's *group* size
-(not the world size: DeepSpeed's comms logger makes that mistake for sub-groups)."""
+(not the world size: DeepSpeed's comms logger makes that mistake for sub-groups), over a call's
+transfer time: the call minus its wait for later ranks inside it (DESIGN §3 "Skew"), so a late peer
+does not read as a slow link."""
 
 from __future__ import annotations
 
@@ -9,6 +11,12 @@ import polars as pl
 _RING_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0,
                 "gather": 1.0, "scatter": 1.0}
 _ONE = frozenset({"broadcast", "reduce", "send", "recv", "send_recv"})
+
+
+# said with every bandwidth the outputs show (text report, JSON)
+BANDWIDTH_CONVENTION = ("GB/s = 10^9 B/s; busbw over transfer time (a call minus its wait for later ranks): "
+                        "algbw = bytes / transfer time, busbw = algbw x the op's bus factor (nccl-tests, "
+                        "group size n), efficiency = busbw / the tier's peak")
 
 
 def busbw_factor(op: str, group_size: int | None) -> float | None:

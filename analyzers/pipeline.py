@@ -281,7 +281,8 @@ def _empty_calls() -> pl.DataFrame:
 
 
 def _with_group_columns(collectives: pl.DataFrame, pgs: pl.DataFrame) -> pl.DataFrame:
-    """Fill group size from the process group, attach dimension/tier/peak, compute algbw/busbw per call.
+    """Fill group size from the process group, attach dimension/tier/peak, compute algbw/busbw per call
+    over its transfer time (DESIGN §3: the call minus its wait for later ranks; ``BANDWIDTH_CONVENTION``).
     Calls matched on one rank only have no wait: all of such a call is transfer."""
     info = pgs.select("pg", pl.col("size").alias("_pg_size"), "dimension", "tier", "peak_gbps")
     dur = pl.col("end_ns") - pl.col("start_ns")
@@ -298,7 +299,8 @@ def _with_group_columns(collectives: pl.DataFrame, pgs: pl.DataFrame) -> pl.Data
         .drop("_pg_size")
     )
     factor = busbw_factor_expr(pl.col("op"), pl.col("group_size").cast(pl.Float64))
+    transfer = pl.col("transfer_ns")
     return out.with_columns(
-        gbps(pl.col("bytes"), dur).alias("algbw_gbps"),
-        (gbps(pl.col("bytes"), dur) * factor).alias("busbw_gbps"),
+        gbps(pl.col("bytes"), transfer).alias("algbw_gbps"),
+        (gbps(pl.col("bytes"), transfer) * factor).alias("busbw_gbps"),
     ).with_columns(efficiency_expr(pl.col("busbw_gbps"), pl.col("peak_gbps")).alias("efficiency"))

@@ -1,10 +1,14 @@
 """Cross-rank skew (DESIGN §3 "Skew"): which calls on different ranks are the same collective, how late
 each rank arrived, and how much of each call was waiting for a later rank versus transferring.
 
-* **Matching.** A collective is matched across the ranks of its group by (pg, seq) when every call of
-  that group carries a seq; otherwise by per-group call order (the k-th call of the group on each rank),
-  and ``match_by`` says which. A point-to-point send from a to b matches b's receive from a by their
-  order on that (group, a -> b) pair.
+* **Matching.** A collective is matched across the ranks of its group by (pg, seq) wherever the call
+  carries a seq (from the trace, or from the commprof annotation of the call that enqueued it); a call
+  without one by order, and ``match_by`` says which: a synchronous call by its order among the group's
+  order-matched calls (the k-th on each rank), an async call on a worker thread (``is_async``: DDP's
+  bucket all-reduces on Gloo's two worker threads, which start in either order) by its order among the
+  group's async calls of the same op and size, the one order every rank shares: such calls always
+  match calls of their own op and size, so they never read as a desync. A point-to-point send from a to
+  b matches b's receive from a by their order on that (group, a -> b) pair.
 * **Clocks.** Ranks on different hosts have different clocks. Matched collectives finish together, so
   each host's offset is fitted from the end times of the calls it shares with other hosts (alternating
   medians: a call's common end, then each host's median deviation from it), relative to the host of the
@@ -47,18 +51,20 @@ class Skew:
 
 def _keys(coll: pl.DataFrame) -> pl.DataFrame:
     """rank, call, host, start/end, and the key that names the same call on every rank."""
-    group = coll.filter(GROUP_CALL)
-    with_seq = group.group_by("pg").agg(pl.col("seq").is_not_null().all().alias("_by_seq"))
+    by_seq = pl.col("seq").is_not_null()
+    by_size = ~by_seq & pl.col("is_async").fill_null(False)
     group = (
-        group.join(with_seq, on="pg", how="left")
+        coll.filter(GROUP_CALL)
         .sort("rank", "start_ns", "call")
-        .with_columns(pl.int_range(pl.len()).over("rank", "pg").alias("_ordinal"))
+        .with_columns(pl.when(by_seq).then(pl.lit(0)).when(by_size).then(pl.lit(1)).otherwise(pl.lit(2)).alias("_how"))
+        .with_columns(pl.int_range(pl.len()).over("rank", "pg", "_how", pl.when(by_size).then(pl.col("op")),
+                                                  pl.when(by_size).then(pl.col("bytes"))).alias("_ordinal"))
         .with_columns(
-            pl.when(pl.col("_by_seq"))
-            .then(pl.format("{} seq {}", "pg", "seq"))
+            pl.when(by_seq).then(pl.format("{} seq {}", "pg", "seq"))
+            .when(by_size).then(pl.format("{} async {} {}B #{}", "pg", "op", pl.col("bytes").fill_null(-1), "_ordinal"))
             .otherwise(pl.format("{} #{}", "pg", "_ordinal"))
             .alias("match_key"),
-            pl.when(pl.col("_by_seq")).then(pl.lit("seq")).otherwise(pl.lit("order")).alias("match_by"),
+            pl.when(by_seq).then(pl.lit("seq")).otherwise(pl.lit("order")).alias("match_by"),
         )
     )
     p2p = (
@@ -74,6 +80,11 @@ def _keys(coll: pl.DataFrame) -> pl.DataFrame:
     )
     cols = ["rank", "call", "host", "start_ns", "end_ns", "match_key", "match_by"]
     return pl.concat([group.select(cols), p2p.select(cols)])
+
+
+def _column(frame: pl.DataFrame, name: str, dtype: pl.DataType | type[pl.DataType]) -> pl.Expr:
+    """A column the matching can do without (hand-built tables may lack it): null when absent."""
+    return pl.col(name) if name in frame.columns else pl.lit(None, dtype).alias(name)
 
 
 def _fit_clocks(keyed: pl.DataFrame, hosts: list[str]) -> pl.DataFrame:
@@ -113,7 +124,8 @@ def _fit_clocks(keyed: pl.DataFrame, hosts: list[str]) -> pl.DataFrame:
 
 
 def analyze_skew(collectives: pl.DataFrame, ranks: pl.DataFrame) -> Skew:
-    """``collectives``: rank, call, pg, seq, op, peer, start_ns, end_ns (one row per rank and call);
+    """``collectives``: rank, call, pg, seq, op, peer, start_ns, end_ns, and where known bytes and is_async
+    (one row per rank and call);
     ``ranks``: rank, host."""
     if collectives.height == 0:
         return Skew(pl.DataFrame(schema=CALL_SKEW), pl.DataFrame(schema=HOST_CLOCKS), "none", 0)
@@ -124,7 +136,8 @@ def analyze_skew(collectives: pl.DataFrame, ranks: pl.DataFrame) -> Skew:
         nothing = pl.DataFrame(schema={"match_key": pl.String, "host": pl.String, "end_ns": pl.Int64})
         return Skew(pl.DataFrame(schema=CALL_SKEW), _fit_clocks(nothing, hosts), "none", int(keyed_calls))
     coll = (collectives.select("rank", "call", pl.col("pg").fill_null(UNKNOWN), "seq", "op", "peer", "start_ns",
-                               "end_ns")
+                               "end_ns", _column(collectives, "bytes", pl.Int64),
+                               _column(collectives, "is_async", pl.Boolean))
             .join(host_of, on="rank", how="left").with_columns(pl.col("host").fill_null("?")))
     keyed = _keys(coll).with_columns(pl.col("rank").n_unique().over("match_key").alias("matched_ranks"))
     matched = keyed.filter(pl.col("matched_ranks") > 1)

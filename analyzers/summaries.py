@@ -61,19 +61,22 @@ def totals(ranks: pl.DataFrame) -> dict[str, Any]:
 
 
 def _with_bw_inputs(coll: pl.DataFrame) -> pl.DataFrame:
-    """Per-call inputs of the bandwidth sums, computed once (expressions over them stay flat and fast)."""
+    """Per-call inputs of the bandwidth sums, computed once (expressions over them stay flat and fast).
+    Bandwidth is over the calls' transfer time (``transfer_ns``: the call minus its wait for later
+    ranks, DESIGN §3), as the per-call figures are (pipeline._with_group_columns)."""
     if "_dur" in coll.columns:
         return coll
     dur = pl.col("end_ns") - pl.col("start_ns")
+    transfer = pl.col("transfer_ns").fill_null(dur) if "transfer_ns" in coll.columns else dur
     factor = busbw_factor_expr(pl.col("op"), pl.col("group_size").cast(pl.Float64))
     known = pl.col("bytes").is_not_null()
     return coll.with_columns(
         dur.alias("_dur"),
-        pl.when(known).then(dur).alias("_dur_known"),
+        pl.when(known).then(transfer).alias("_dur_known"),
         (pl.col("bytes") * factor).alias("_bus_bytes"),
-        pl.when(known & factor.is_not_null()).then(dur).alias("_dur_bus"),
+        pl.when(known & factor.is_not_null()).then(transfer).alias("_dur_bus"),
         pl.when(pl.col("peak_gbps") > 0).then(pl.col("bytes") * factor / pl.col("peak_gbps")).alias("_eff_bytes"),
-    ).with_columns(pl.when(pl.col("_eff_bytes").is_not_null()).then(pl.col("_dur")).alias("_dur_eff"))
+    ).with_columns(pl.when(pl.col("_eff_bytes").is_not_null()).then(transfer).alias("_dur_eff"))
 
 
 def _bw_exprs() -> list[pl.Expr]:

@@ -77,9 +77,9 @@ def _enqueues(ops: Ops) -> list[tuple[int, str, str | None, int | None, int | No
             fields = parse_annotation(name)
             if fields is None:
                 continue
-            seq = fields.get("seq")
+            seq_text = fields.get("seq")
             out.append((i, names.normalize_op(fields.get("op") or ""), fields["pg"],
-                        int(seq) if seq and seq.isdigit() else None, None))
+                        int(seq_text) if seq_text and seq_text.isdigit() else None, None))
             open_by_thread[tid] = (len(out) - 1, int(ops.end[i]))
         elif name.startswith("c10d::") and names.normalize_op(name) != "unknown":
             if inside and enclosing is not None:

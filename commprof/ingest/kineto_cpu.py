@@ -101,16 +101,17 @@ def cpu_tables(
     groups = _gloo_groups(rows, row_names, row_tids, start, end, sidecar)
     links = _link_calls(scan, rows, row_names, tid_codes, start, end, comm_rows, worker_threads, groups)
     wait_rows = [(lanes[j], gloo_calls.wait_name(op), s, e) for j, s, e, op in links.waits]
+    starts_ns = np.concatenate([start, np.array([w[2] for w in wait_rows], np.int64)])
     intervals = pl.DataFrame(
         {
             "rank": np.full(len(rows) + len(wait_rows), rank, dtype=np.int32),
             "lane": lanes + [w[0] for w in wait_rows],
             "name": row_names + [w[1] for w in wait_rows],
             "kind": kinds + ["wait"] * len(wait_rows),
-            "start_ns": np.concatenate([start, np.array([w[2] for w in wait_rows], np.int64)]),
+            "start_ns": starts_ns,
             "end_ns": np.concatenate([end, np.array([w[3] for w in wait_rows], np.int64)]),
             "correlation": [None] * (len(rows) + len(wait_rows)),
-            "launch_ns": np.concatenate([start, np.array([w[2] for w in wait_rows], np.int64)]),  # a CPU op issues itself
+            "launch_ns": starts_ns,  # a CPU op issues itself
         },
         schema=INTERVALS,
     )

@@ -9,11 +9,14 @@ import math
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from commprof.analyzers.bandwidth import BANDWIDTH_CONVENTION
+
 if TYPE_CHECKING:
     from commprof.analyzers.findings import Finding
     from commprof.analyzers.pipeline import Analysis
 
-SCHEMA_VERSION = 3  # 2: wait/transfer split, skew, dimensions[], tiers[]; 3: findings[], findings_computed, what_if
+SCHEMA_VERSION = 3  # 2: wait/transfer split, skew, dimensions[], tiers[]; 3: findings[], findings_computed, what_if,
+# conventions (added keys keep the version: readers of 3 ignore them)
 
 
 def json_safe(value: Any) -> Any:
@@ -84,6 +87,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
             "layout": _layout(analysis),
             "steps_analyzed": analysis.steps_analyzed,
         },
+        "conventions": {"bandwidth": BANDWIDTH_CONVENTION},
         "totals": analysis.totals,
         "ranks": ranks,
         "rank_distribution": analysis.rank_distribution.to_dicts(),

@@ -220,6 +220,10 @@ def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str
     ]
 
 
+def bandwidth_note(report: dict[str, Any]) -> str:
+    return f"Bandwidth: {report.get('conventions', {}).get('bandwidth', 'GB/s = 10^9 B/s')}."
+
+
 def render_text(report: dict[str, Any], console: Console) -> None:
     for line in finding_lines(report):  # what is wrong and what it costs comes first
         console.print(line, highlight=False, soft_wrap=True, markup=False)
@@ -238,6 +242,8 @@ def render_text(report: dict[str, Any], console: Console) -> None:
         for row in rows:
             table.add_row(*row)
         console.print(table)
+    if any(rows and "busbw GB/s" in columns for _, columns, rows in sections(report)):
+        console.print(bandwidth_note(report), style="dim", highlight=False, soft_wrap=True, markup=False)
     for warning in report["warnings"]:
         console.print(f"warning: {warning}", style="yellow", highlight=False, soft_wrap=True)
 
@@ -259,6 +265,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     for title, columns, rows in sections(report):
         if rows:
             out += [f"## {title}", "", _md_table(columns, rows), ""]
+    if any(rows and "busbw GB/s" in columns for _, columns, rows in sections(report)):
+        out += [bandwidth_note(report), ""]
     if report["warnings"]:
         out += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
     return "\n".join(out)

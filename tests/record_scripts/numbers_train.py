@@ -4,7 +4,8 @@
   ``torch.autograd.Function``'s forward (row-parallel output) and backward (column-parallel input
   gradient), synchronously, so every TP call blocks the training thread; the DP gradients are
   all-reduced synchronously after backward.
-* ``ddp``: DistributedDataParallel over the world with several 1 MiB buckets (async all-reduces on
+* ``ddp``: DistributedDataParallel over the world with many buckets of different sizes (``BUCKET_MB``,
+  default 0.25; async all-reduces on
   Gloo's worker threads, overlapping backward).
 
 Each rank stamps ``time.perf_counter_ns()`` at the end of every iteration, in the optimizer's own
@@ -85,8 +86,10 @@ def tp_job(steps: int, stamps: list[int]) -> None:
 
 
 def ddp_job(steps: int, stamps: list[int]) -> None:
-    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(6)])
-    ddp = DistributedDataParallel(model, bucket_cap_mb=1.0)
+    # layers of different sizes: buckets of different sizes, so calls matched wrongly differ in bytes
+    widths = [WIDTH, WIDTH // 2, WIDTH, 2 * WIDTH, WIDTH // 4, WIDTH, WIDTH]
+    model = torch.nn.Sequential(*[torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:], strict=False)])
+    ddp = DistributedDataParallel(model, bucket_cap_mb=float(os.environ.get("BUCKET_MB", "0.25")))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     opt.register_step_post_hook(lambda *_: stamps.append(time.perf_counter_ns()))
     for _ in range(steps):

@@ -61,13 +61,16 @@ def test_a_blocking_tp_all_reduce_inside_an_autograd_function_is_exposed(
     exposed_share = float(tp["exposed_ns"].sum()) / float(tp["comm_ns"].sum())
     # every TP call blocks its thread: all of its comm counts (it read 59-88 % hidden before)
     assert exposed_share > 0.95, exposed_share
-    assert not a.collectives.filter(pl.col("pg").is_in(tp_pgs))["is_async"].any()
+    blocked = a.tables.intervals().filter(pl.col("name").str.starts_with("wait: all_reduce (blocking"))
+    assert blocked.height == a.collectives.height  # every call, TP and DP, blocked its thread
     assert a.match_by == "seq"  # the annotations' seq reaches the worker ops
 
 
 def test_ddp_buckets_still_overlap_backward(ddp_run: tuple[Analysis, dict[int, list[int]]]) -> None:
     a, _ = ddp_run
-    assert a.collectives["is_async"].all()
+    # DDP's bucket all-reduces let backward go on; at most the last bucket of a step blocks its thread
+    blocked = a.tables.intervals().filter(pl.col("name").str.starts_with("wait: all_reduce (blocking"))
+    assert blocked.height <= a.steps.height, blocked
     assert int(a.steps["overlapped_comm_ns"].sum()) > 0.05 * int(
         (a.steps["overlapped_comm_ns"] + a.steps["exposed_comm_ns"]).sum())
 
@@ -88,8 +91,12 @@ def test_step_durations_match_the_jobs_own_clock(mode: str, tp_run: tuple[Analys
                                                  ddp_run: tuple[Analysis, dict[int, list[int]]]) -> None:
     a, stamps = tp_run if mode == "tp" else ddp_run
     errors = _step_errors_ms(a, stamps)
-    last = max(errors)
+    first, last = min(errors), max(errors)
     # the last step used to take the profiler's stop inside Optimizer.step (2-35 ms on these runs); the
-    # median over ranks leaves room for one rank descheduled between the two hooks (seen once: 10 ms)
+    # median over ranks leaves room for one rank descheduled between the two hooks (seen once: 10 ms). The
+    # first recorded step is left out: the job's clock counts the profiler's start (up to 5 ms here, in the
+    # hook that opens ProfilerStep#first), commprof's window begins after it, as it should
+    assert len(errors) >= 3
     for step, per_rank in errors.items():
-        assert abs(statistics.median(per_rank)) < 1.5, (step, last, errors)
+        if step != first:
+            assert abs(statistics.median(per_rank)) < 1.5, (step, last, errors)

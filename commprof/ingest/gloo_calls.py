@@ -12,8 +12,10 @@ So every worker op is linked to the call that enqueued it, and the call is **blo
 thread starts no op of its own between the enqueue and the worker op's end (an async call, or DDP's
 bucket all-reduces issued from backward, let the thread go on computing: its next op starts while
 the collective runs). A blocking call's thread waited from the enqueue's start to the worker op's
-end: that span becomes a ``wait`` interval on the calling thread's lane, which the overlap analysis
-subtracts from that lane's compute, and the collective is not async (``is_async`` False).
+end: that span becomes a ``wait`` interval on the calling thread's lane named ``wait: <op> (blocking
+call)``, which the overlap analysis subtracts from that lane's compute. (The collective keeps
+``is_async`` True: it ran on a worker thread. Whether its caller blocked can differ between ranks, e.g.
+DDP's last bucket, so it is not what calls are matched by.)
 
 Linking: Gloo's queue is FIFO per group, so each worker op (in start order) takes the earliest
 enqueue not yet taken that started before it with the same op and, where both sides state them, the

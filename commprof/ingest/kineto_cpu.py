@@ -134,8 +134,9 @@ def cpu_tables(
                 fields["bytes"] *= fields["group_size"]  # Gloo shows the per-rank input; count the full buffer
         if fields["seq"] is None and j in links.seq:
             fields["seq"] = links.seq[j]  # the enqueueing call's annotation
-        # async: the calling thread went on while the worker moved the data (a blocking call is not)
-        fields["is_async"] = tid_codes[j] in worker_threads and not links.blocking.get(j, False)
+        # run apart from the calling thread (whether that thread waited for it shows as a wait interval on
+        # its lane: gloo_calls); the same on every rank, so skew can match such calls by it
+        fields["is_async"] = tid_codes[j] in worker_threads
         row = {**fields, "rank": rank, "op": op, "name": name, "start_ns": int(start[j]), "end_ns": int(end[j]),
                "lane": lanes[j], "launch_ns": int(start[j])}
         for column, values in out.items():

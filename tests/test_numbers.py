@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
 import commprof
 from commprof.analyzers.pipeline import Analysis
 from commprof.analyzers.skew import analyze_skew
+from commprof.ingest import gloo_calls
 from commprof.report.analysis_json import build
 from commprof.synth import TraceBuilder, ns
 
 WORKER = 2000
+US = 1000  # ns
 
 
 def analyze(tmp_path: Path, *builders: TraceBuilder) -> Analysis:
@@ -121,3 +124,20 @@ def test_busbw_is_over_the_transfer_time(tmp_path: Path) -> None:
     assert c["busbw_gbps"].to_list() == pytest.approx([1e6 * 1.0 / 20_000] * 2)
     assert a.collectives_summary["busbw_gbps"].to_list() == pytest.approx([50.0])
     assert "over" in build(a)["conventions"]["bandwidth"] and "10^9 B/s" in build(a)["conventions"]["bandwidth"]
+
+
+def test_a_worker_op_links_to_its_own_groups_call_before_a_cpp_callers() -> None:
+    # DDP's reducer enqueues a bucket of group "1" (a c10d op: no annotation, group unknown, size unknown)
+    # at 100 µs just before the training thread's annotated TP call of group "3" at 110; the TP worker op starts
+    # at 120, the bucket's at 130: each takes its own call, so the TP call (next op at 300) blocks till 200
+    ops = gloo_calls.Ops(
+        names=["c10d::allreduce_", "commprof:pg=3;op=all_reduce;seq=5", "gloo:all_reduce", "gloo:all_reduce",
+               "aten::mm"],
+        tids=[0, 0, 1, 2, 0], start=np.array([100, 110, 120, 130, 300]) * US,
+        end=np.array([105, 115, 200, 400, 310]) * US,
+        worker=np.array([False, False, True, True, False]), comm=np.array([False, False, True, True, False]),
+        pgs=[None, None, "3", "1", None], input_numel=[None, None, 64, 4096, None])
+    links = gloo_calls.link_worker_calls(ops)
+    assert links.seq == {2: 5}
+    assert links.blocking == {2: True, 3: False}
+    assert links.waits == [(1, 110 * US, 200 * US, "all_reduce")]

@@ -19,8 +19,10 @@ DDP's last bucket, so it is not what calls are matched by.)
 
 Linking: Gloo's queue is FIFO per group, so each worker op (in start order) takes the earliest
 enqueue not yet taken that started before it with the same op and, where both sides state them, the
-same group and first-input size (order within size: two worker threads may start equal calls in
-either order, which then does not matter). The enqueue's annotation gives the worker op its ``seq``.
+same first-input element count (order within size: two worker threads may start equal calls in either
+order, which then does not matter) and group; an enqueue of its own group (an annotation) is preferred
+to one whose group is unknown (a C++ caller's ``c10d::`` op: DDP's reducer issues those while the
+training thread's own calls run). The enqueue's annotation gives the worker op its ``seq``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class Ops:
     worker: npt.NDArray[np.bool_]  # on a comm worker thread
     comm: npt.NDArray[np.bool_]  # a collective op (``gloo:*`` & co.)
     pgs: Sequence[str | None]  # the comm ops' group (None elsewhere or when unknown)
-    input_bytes: Sequence[int | None]  # first input tensor's bytes, where the op's shapes say
+    input_numel: Sequence[int | None]  # first input tensor's elements, where the op's shapes say
 
 
 @dataclass
@@ -86,9 +88,9 @@ def _enqueues(ops: Ops) -> list[tuple[int, str, str | None, int | None, int | No
         elif name.startswith("c10d::") and names.normalize_op(name) != "unknown":
             if inside and enclosing is not None:
                 row, op, pg, seq, _ = out[enclosing[0]]
-                out[enclosing[0]] = (row, op, pg, seq, ops.input_bytes[i])
+                out[enclosing[0]] = (row, op, pg, seq, ops.input_numel[i])
             else:
-                out.append((i, names.normalize_op(name), None, None, ops.input_bytes[i]))
+                out.append((i, names.normalize_op(name), None, None, ops.input_numel[i]))
     return out
 
 
@@ -104,6 +106,26 @@ def _next_starts(ops: Ops, rows: list[int]) -> dict[int, int | None]:
         k = int(np.searchsorted(starts, int(ops.end[i]), side="right"))
         out[i] = int(starts[k]) if k < starts.size else None
     return out
+
+
+def _pick(ops: Ops, w: int, queue: list[tuple[int, str | None, int | None, int | None]], taken: list[bool],
+          first: int) -> int | None:
+    """The enqueue (index in ``queue``) worker op ``w`` came from: the earliest free one started before
+    it whose size and group agree, one of its own group first (module doc)."""
+    fallback: int | None = None
+    for j in range(first, min(len(queue), first + _SCAN)):
+        row, pg, _, numel = queue[j]
+        if ops.start[row] > ops.start[w]:
+            break
+        if taken[j] or (numel is not None and ops.input_numel[w] is not None and numel != ops.input_numel[w]):
+            continue
+        if ops.pgs[w] is None:
+            return j  # no group to prefer by
+        if pg == ops.pgs[w]:
+            return j
+        if pg is None and fallback is None:
+            fallback = j
+    return fallback
 
 
 def link_worker_calls(ops: Ops) -> Links:
@@ -127,19 +149,14 @@ def link_worker_calls(ops: Ops) -> Links:
         while k < len(queue) and taken[op][k]:
             k += 1
         first_free[op] = k
-        for j in range(k, min(len(queue), k + _SCAN)):
-            row, pg, seq, nbytes = queue[j]
-            if ops.start[row] > ops.start[w]:
-                break
-            if taken[op][j] or (pg is not None and ops.pgs[w] is not None and pg != ops.pgs[w]):
-                continue
-            if nbytes is not None and ops.input_bytes[w] is not None and nbytes != ops.input_bytes[w]:
-                continue
-            taken[op][j] = True
-            pairs.append((w, row))
-            if seq is not None:
-                links.seq[w] = seq
-            break
+        j = _pick(ops, w, queue, taken[op], k)
+        if j is None:
+            continue
+        taken[op][j] = True
+        pairs.append((w, queue[j][0]))
+        seq = queue[j][2]
+        if seq is not None:
+            links.seq[w] = seq
     following = _next_starts(ops, [row for _, row in pairs])
     for w, row in pairs:
         nxt = following[row]

@@ -153,10 +153,25 @@ def _link_calls(scan: _Pass, rows: list[int], row_names: list[str], tid_codes: l
     worker = np.array([tid in worker_threads for tid in tid_codes], dtype=bool)
     if not (comm & worker).any():
         return gloo_calls.Links({}, {}, [])
-    sized = {j: _bytes_from_inputs(scan.cpu_comm_args[i])[1] for j, i in enumerate(rows) if i in scan.cpu_comm_args}
+    sized = {j: _numel_from_inputs(scan.cpu_comm_args[i]) for j, i in enumerate(rows) if i in scan.cpu_comm_args}
     pgs = [getattr(groups.get(i), "pg", None) for i in rows]
     ops = gloo_calls.Ops(row_names, tid_codes, start, end, worker, comm, pgs, [sized.get(j) for j in range(len(rows))])
     return gloo_calls.link_worker_calls(ops)
+
+
+def _numel_from_inputs(args: Args) -> int | None:
+    """Elements of the first input tensor (a c10d call states its tensors as a TensorList, without a
+    dtype: elements compare across the call and its Gloo op where bytes cannot)."""
+    try:
+        dims = msgspec.json.decode(args.input_dims)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    first = dims[0] if isinstance(dims, list) and dims else None
+    while isinstance(first, list) and first and isinstance(first[0], list):
+        first = first[0]
+    if not isinstance(first, list) or not all(type(d) is int and d >= 0 for d in first):
+        return None
+    return int(np.prod(first, dtype=np.int64)) if first else 1
 
 
 def _bytes_from_inputs(args: Args) -> tuple[str | None, int | None]:

@@ -134,8 +134,9 @@ def test_dimension_and_tier_rules_on_classified_report(cli: Callable[..., Result
     result = cli("check", str(synth), "-r", "tier.nvlink.min_busbw_efficiency=0.6", "-r",
                  "tier.nvlink.peak_gbps=450", "--format", "json")
     tier = _rule(_json(result), "tier.nvlink.min_busbw_efficiency")
-    # 4 MiB all-reduce over 2 ranks in 0.5 ms: busbw = 4194304 B / 0.5 ms × 2(n-1)/n = 8.389 GB/s
-    assert tier["status"] == "fail" and tier["measured"] == pytest.approx(8.388608 / 450, rel=1e-4)
+    # 4 MiB all-reduce over 2 ranks, 0.5 ms calls, rank 1 starting 0.3 ms late: over the transfer time (rank 0's
+    # call minus its 0.3 ms wait, rank 1's whole call) busbw = 2 x 4194304 B / (0.2 + 0.5) ms x 2(n-1)/n = 11.98 GB/s
+    assert tier["status"] == "fail" and tier["measured"] == pytest.approx(2 * 4.194304 / 0.7 / 450, rel=1e-4)
     peaked = cli("check", str(synth), "-r", "tier.nvlink.min_busbw_efficiency=0.6", "-r",
                  "tier.nvlink.peak_gbps=10")
     assert peaked.exit_code == 0, peaked.output

@@ -23,8 +23,9 @@ def test_diff_known_changes(cli: Callable[..., Result], tmp_path: Path) -> None:
     assert dim["exposed_ns_per_step"]["a"] == pytest.approx(500_000)
     assert dim["exposed_ns_per_step"]["b"] == pytest.approx(1_500_000)
     assert dim["bytes_per_step"]["a"] == dim["bytes_per_step"]["b"] == 4 * (1 << 20)
-    # the same 4 MiB in three times as long: a third of the bus bandwidth
-    assert dim["busbw_gbps"]["b"] == pytest.approx(dim["busbw_gbps"]["a"] / 3, rel=1e-3)
+    # the same 4 MiB over the calls' transfer time (each call minus rank 0's 300 µs wait for rank 1):
+    # a: 200 + 500 µs, b: 1200 + 1500 µs per step
+    assert dim["busbw_gbps"]["b"] == pytest.approx(dim["busbw_gbps"]["a"] * (200 + 500) / (1200 + 1500), rel=1e-3)
     assert doc["tiers"]["nvlink"]["comm_ns_per_step"]["delta"] == pytest.approx(1_000_000)
     assert doc["findings"] == {"new": [], "gone": []}
 

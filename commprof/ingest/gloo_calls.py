@@ -71,9 +71,9 @@ def _enqueues(ops: Ops) -> list[tuple[int, str, str | None, int | None, int | No
     torch.profiler trace, DDP's reducer). An annotation takes its size from the c10d op inside it."""
     out: list[tuple[int, str, str | None, int | None, int | None]] = []
     open_by_thread: dict[int, tuple[int, int]] = {}  # tid -> (index in out, end) of the latest annotation
-    for i in np.argsort(ops.start, kind="stable").tolist():
-        if ops.worker[i] or ops.comm[i]:
-            continue
+    candidates = [i for i, name in enumerate(ops.names) if name.startswith((ANNOTATION_PREFIX, "c10d::"))
+                  and not ops.worker[i] and not ops.comm[i]]
+    for i in sorted(candidates, key=lambda i: int(ops.start[i])):
         name, tid = ops.names[i], ops.tids[i]
         enclosing = open_by_thread.get(tid)
         inside = enclosing is not None and ops.start[i] <= enclosing[1]
@@ -96,15 +96,20 @@ def _enqueues(ops: Ops) -> list[tuple[int, str, str | None, int | None, int | No
 
 def _next_starts(ops: Ops, rows: list[int]) -> dict[int, int | None]:
     """For each row, the start of the first op on its thread that starts after the row ends."""
-    by_thread: dict[int, list[int]] = {}
-    for i in range(len(ops.names)):
-        by_thread.setdefault(ops.tids[i], []).append(int(ops.start[i]))
-    sorted_starts = {tid: np.sort(np.asarray(s, np.int64)) for tid, s in by_thread.items()}
+    if not rows:
+        return {}
+    tids = np.asarray(ops.tids, dtype=np.int64)
+    order = np.lexsort((ops.start, tids))  # by thread, then start
+    keys_tid, keys_start = tids[order], np.asarray(ops.start, np.int64)[order]
+    row_tid = tids[rows]
+    # first op of the row's thread starting after the row ends: search (tid, end) in (tid, start) order
+    lo = np.searchsorted(keys_tid, row_tid, side="left")
+    hi = np.searchsorted(keys_tid, row_tid, side="right")
     out: dict[int, int | None] = {}
-    for i in rows:
-        starts = sorted_starts[ops.tids[i]]
-        k = int(np.searchsorted(starts, int(ops.end[i]), side="right"))
-        out[i] = int(starts[k]) if k < starts.size else None
+    for i, a, b, t_end in zip(rows, lo.tolist(), hi.tolist(), np.asarray(ops.end, np.int64)[rows].tolist(),
+                              strict=True):
+        k = a + int(np.searchsorted(keys_start[a:b], t_end, side="right"))
+        out[i] = int(keys_start[k]) if k < b else None
     return out
 
 

@@ -171,7 +171,12 @@ def _numel_from_inputs(args: Args) -> int | None:
         first = first[0]
     if not isinstance(first, list) or not all(type(d) is int and d >= 0 for d in first):
         return None
-    return int(np.prod(first, dtype=np.int64)) if first else 1
+    count = 1
+    for d in first:
+        count *= d
+        if count >= 1 << 63:  # past int64: not a real tensor
+            return None
+    return count
 
 
 def _bytes_from_inputs(args: Args) -> tuple[str | None, int | None]:

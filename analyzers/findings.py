@@ -19,7 +19,7 @@ from commprof.vocab import SEVERITIES
 FINDING_IDS = (
     "tp_across_nodes", "dp_sync_exposed", "straggler", "small_messages", "pipeline_bubble", "alltoall_imbalance",
     "link_efficiency", "nccl_socket_fallback", "nccl_gdr_disabled", "nccl_p2p_disabled", "nvls_unavailable",
-    "host_sync", "desync", "exposed_comm",
+    "host_sync", "desync",
 )
 
 

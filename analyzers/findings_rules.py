@@ -267,7 +267,6 @@ RULES = (rule_straggler, rule_front_dim_across_nodes, rule_dp_sync_exposed)
 def find(a: Analysis) -> tuple[list[Finding], bool]:
     """Every rule's findings, and whether they could be computed (a run with no analyzed step cannot be
     judged)."""
-    from commprof.analyzers.findings_exposed import rule_exposed_comm
     from commprof.analyzers.findings_setup import SETUP_RULES
     from commprof.analyzers.findings_traffic import TRAFFIC_RULES
 
@@ -277,6 +276,4 @@ def find(a: Analysis) -> tuple[list[Finding], bool]:
     found: list[Finding] = []
     for rule in (*RULES, *TRAFFIC_RULES, *SETUP_RULES):
         found.extend(rule(c))
-    # last: it reads what the others explained
-    found.extend(rule_exposed_comm(c, found))
     return found, True

@@ -20,6 +20,7 @@ from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
 from commprof.analyzers.classify import Layout, check_layout, classify_dimensions
 from commprof.analyzers.distribution import rank_distribution
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
+from commprof.analyzers.exposed import ExposedNote
 from commprof.analyzers.findings import Finding, rank_findings
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
 from commprof.analyzers.overlap import (
@@ -89,6 +90,8 @@ class Analysis:
     findings: tuple[Finding, ...] = ()
     findings_computed: bool = False
     what_if: WhatIf | None = None  # the --what-if estimate, when changes were asked for
+    # where the exposed comm goes, when it is a large share of the step and no finding names a cause
+    exposed_note: ExposedNote | None = None
 
     def top_collectives(self, n: int | None = None) -> pl.DataFrame:
         """The (pg, op, bytes) rows that cost the most exposed time."""
@@ -272,10 +275,12 @@ def step_findings(analysis: Analysis) -> Analysis:
     """The last step reads the finished analysis (the rules judge its frames, they compute no figure the
     views show otherwise) and returns it with the ranked findings."""
     from commprof.analyzers import whatif
-    from commprof.analyzers.findings_rules import find
+    from commprof.analyzers.exposed import exposed_note
+    from commprof.analyzers.findings_rules import Ctx, find
 
     found, computed = find(analysis)
-    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed)
+    note = exposed_note(Ctx(analysis), found) if computed else None
+    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed, exposed_note=note)
     if not analysis.settings.what_if:
         return analysis
     changes = [whatif.parse_change(t) for t in analysis.settings.what_if]

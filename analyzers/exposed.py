@@ -1,15 +1,15 @@
-"""No silent report: when exposed communication is a large share of the step and no other rule names a
-cause (no finding above info), the ``exposed_comm`` finding says where it goes — the dimension and tier, the op,
-wait versus transfer, the ranks waited on — and what to look at (docs/findings.md).
+"""No silent report: when exposed communication is a large share of the step and no rule names a cause
+(no finding above info), the analysis says where it goes — the dimension and tier, the op, wait versus
+transfer, the ranks waited on — and what to look at, in the first lines of every view (docs/findings.md).
 
-It is an observation, not a diagnosis: no saving is estimated, so its severity is info, as for any finding
-without a saving (a clean run whose step is mostly communication has no fault to gate on; the share is in
-the title, and ``check`` gates on shares with its own thresholds). It is the first finding whenever no other
-rule fired. Every figure is read from the analysis' frames; views print the finding.
+It is an observation, not a finding: a clean run whose step is mostly communication has no fault to gate
+on or to diff (``check --max-exposed-comm-pct`` gates on the share). Every figure is read from the
+analysis' frames; the views print the note's text.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -64,11 +64,31 @@ def _look_at(c: Ctx, waited: bool, unknown: bool, tier: str) -> str:
     return "; ".join(parts)
 
 
-def rule_exposed_comm(c: Ctx, found: list[Finding]) -> list[Finding]:
+@dataclass(frozen=True)
+class ExposedNote:
+    """Where the exposed communication goes (ns are means per rank-step)."""
+
+    headline: str  # one line: the share, wait vs transfer, where, which op
+    detail: str  # the figures behind it
+    look_at: str  # what to look at
+    exposed_ns: float
+    share: float  # of the step
+    wait_ns: float  # of exposed_ns: waiting for a later rank
+    dimension: str
+    tier: str
+    place_ns: float  # exposed in that dimension and tier
+    op: str
+    op_ns: float  # exposed in that op
+    waited_on: tuple[tuple[int, float], ...]  # (rank, the others' exposed wait for it), largest first
+    doubtful_ranks: tuple[int, ...]  # left out of waited_on: their clock or run is in doubt
+
+
+def exposed_note(c: Ctx, found: list[Finding]) -> ExposedNote | None:
+    """The note, when exposed comm is over ``LARGE_SHARE`` of the step and no finding above info names a cause."""
     exposed = float(c.a.totals.get("exposed_comm_ns") or 0)
     share = exposed / c.step_ns if c.step_ns > 0 else 0.0
     if share <= LARGE_SHARE or any(f.severity != "info" for f in found):
-        return []
+        return None
     wait = float(c.a.totals.get("exposed_wait_ns") or 0)
     place = _top_place(c)
     dim, tier = str(place.get("dimension") or UNKNOWN), str(place.get("tier") or UNKNOWN)
@@ -77,27 +97,21 @@ def rule_exposed_comm(c: Ctx, found: list[Finding]) -> list[Finding]:
     waited = _waited_on(c)
     wait_heavy = wait >= WAIT_DOMINATED * exposed
     waited_text = ", ".join(f"rank {r} ({ms(v)}/step)" for r, v in waited) or "none"
-    doubtful = sorted(c.doubtful)
+    doubtful = tuple(sorted(c.doubtful))
     where = f"{dim} on {tier}" if dim != UNKNOWN or tier != UNKNOWN else "unknown groups and tier"
-    return [Finding(
-        id="exposed_comm", key="exposed_comm", severity="info",
-        title=f"exposed communication is {pct(exposed, c.step_ns)} of the step ({ms(exposed)}), "
-              f"{pct(wait, exposed)} of it waiting for late ranks"
-              + (f" (mostly for {', '.join(f'rank {r}' for r, _ in waited)})" if wait_heavy and waited else "")
-              + f"; most in {where}, {op}; no rule names a cause",
+    traced, world = c.a.ranks.height, c.a.facts.world_size
+    return ExposedNote(
+        headline=f"exposed communication is {pct(exposed, c.step_ns)} of the step ({ms(exposed)}), "
+                 f"{pct(wait, exposed)} of it waiting for late ranks"
+                 + (f" (mostly for {', '.join(f'rank {r}' for r, _ in waited)})" if wait_heavy and waited else "")
+                 + f"; most in {where}, {op}; no rule names a cause",
         detail=f"{where} exposes {ms(place_ns)} per rank-step, {op} calls {ms(op_ns)}; of the exposed time "
-               f"{ms(wait)} is waiting for a later rank and {ms(exposed - wait)} transfer. The others' exposed "
+               f"{ms(wait)} is waiting for a later rank and {ms(exposed - wait)} transfer; the others' exposed "
                f"wait was for: {waited_text}"
                + (f" (ranks {', '.join(map(str, doubtful))} left out: their clock or run is in doubt)"
                   if doubtful else "")
-               + (f" (only {c.a.ranks.height} of {c.a.facts.world_size} ranks traced: waits among them only)"
-                  if c.a.facts.world_size and c.a.ranks.height < c.a.facts.world_size else "")
-               + ".",
-        action="look at " + _look_at(c, wait_heavy, dim == UNKNOWN, tier),
-        saving_ns_per_step=0, saving_model="not estimated: an observation of where the exposed time goes, "
-                                           "no rule named its cause",
-        ranks=tuple(r for r, _ in waited) if wait_heavy else (),
-        dimension=dim, tier=tier,
-        numbers={"exposed_ns_per_step": exposed, "exposed_share": share, "exposed_wait_ns_per_step": wait,
-                 "top_place_ns_per_step": place_ns}
-        | {f"waited_on_rank{r}_ns_per_step": v for r, v in waited})]
+               + (f" (only {traced} of {world} ranks traced: waits among them only)"
+                  if world and traced < world else ""),
+        look_at=_look_at(c, wait_heavy, dim == UNKNOWN, tier),
+        exposed_ns=exposed, share=share, wait_ns=wait, dimension=dim, tier=tier, place_ns=place_ns, op=op,
+        op_ns=op_ns, waited_on=tuple(waited), doubtful_ranks=doubtful)

@@ -14,7 +14,7 @@ import polars as pl
 
 from commprof.analyzers import lateness, whatif
 from commprof.analyzers.findings import Finding
-from commprof.vocab import MEGATRON_ORDER, P2P_OPS, UNKNOWN
+from commprof.vocab import MEGATRON_ORDER, P2P_OPS, SEVERITIES, UNKNOWN
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis
@@ -97,10 +97,9 @@ def rule_straggler(c: Ctx) -> list[Finding]:
                 ["dimension"].to_list())
         dim = dims[0] if dims else None
         known = dim if dim and dim != UNKNOWN else None
-        # jitter never reads as a sure fault: under 99 % confidence at most medium
-        sev = severity(saving, c.step_ns)
-        if x.chance > lateness.SURE_CHANCE and sev == "high":
-            sev = "medium"
+        # jitter never reads as a sure fault: the severity is capped by how sure the lateness is
+        cap = lateness.max_severity(x)
+        sev = min(severity(saving, c.step_ns), cap, key=SEVERITIES.index)
         out.append(Finding(
             id="straggler", key=f"straggler:rank{x.rank}", severity=sev,
             title=f"rank {x.rank} is a straggler: it arrives {ms(x.late_ns)} per step after its peers, last in "

@@ -16,7 +16,8 @@ classified):
   step); **jitter** = the median over steps of the largest lateness among the others.
 
 A rank is a straggler when it is last in most steps, the chance is at most ``MAX_CHANCE``, and its
-lateness is at least ``JITTER_FACTOR`` times the jitter and ``MIN_SHARE`` of the step. Calls whose group
+lateness is at least ``JITTER_FACTOR`` times the jitter and ``MIN_SHARE`` of the step; how loud it may be
+follows how sure it is (:func:`max_severity`). Calls whose group
 was not seen whole, point-to-point calls (pipeline structure, not straggling) and calls with a rank whose
 clock or run is in doubt (analyzers/sanity.py) are not judged.
 """
@@ -32,7 +33,8 @@ import polars as pl
 from commprof.vocab import MEGATRON_ORDER, P2P_OPS, UNKNOWN
 
 MAX_CHANCE = 0.1  # report from 90 % confidence up
-SURE_CHANCE = 0.01  # "high" severity needs 99 % confidence
+SURE_CHANCE = 0.001  # any severity from 99.9 % confidence (or a clean separation, see max_severity())
+LIKELY_CHANCE = 0.01  # from 99 %: at most low
 JITTER_FACTOR = 2.0  # late by at least twice what the most-late other rank shows in a typical step
 MIN_SHARE = 0.001  # and by at least 0.1 % of the step
 
@@ -51,6 +53,7 @@ class Late:
     chance: float  # probability of so many top values on one rank by luck (any rank)
     members: int  # group members judged
     scope: str  # which calls were judged, in words
+    separated: bool  # its least late step is >= JITTER_FACTOR x the others' latest step (every step, clearly)
 
     @property
     def confidence(self) -> float:
@@ -126,7 +129,8 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str) -> Late | None:
     others = np.delete(table, best, axis=0)
     last = int(sum(1 for j in range(n) if table[best, j] > 0 and table[best, j] > others[:, j].max()))
     return Late(rank=ranks[best], pg=pg, late_ns=excess[best], jitter_ns=float(np.median(others.max(axis=0))),
-                steps_last=last, steps=n, top_share=top, chance=_chance(top, n, m), members=m, scope=scope)
+                steps_last=last, steps=n, top_share=top, chance=_chance(top, n, m), members=m, scope=scope,
+                separated=bool(table[best].min() > 0 and table[best].min() >= JITTER_FACTOR * others.max()))
 
 
 def late_ranks(judged: pl.DataFrame, scope: str) -> list[Late]:
@@ -136,6 +140,17 @@ def late_ranks(judged: pl.DataFrame, scope: str) -> list[Late]:
     grid = step_lateness(judged)
     out = [_judge(str(pg), g, scope) for (pg,), g in grid.partition_by("pg", as_dict=True).items()]
     return sorted((x for x in out if x is not None), key=lambda x: -x.late_ns)
+
+
+def max_severity(x: Late) -> str:
+    """How loud a straggler may be, by how sure it is: a clean separation (late in every step by twice what
+    any other rank ever showed: no jitter does that) or 99.9 % confidence allow any severity; 99 % at most
+    low; below that it is info. Few steps or few ranks cannot reach 99.9 % (4 ranks need 6 steps), and on
+    a crowded machine the OS keeps one rank behind for several steps at a time (recorded clean runs: a
+    rank 7-14 ms late in 6 of 8 steps, chance 0.3 %), so only a long, consistent lateness is loud."""
+    if x.separated or x.chance <= SURE_CHANCE:
+        return "high"
+    return "low" if x.chance <= LIKELY_CHANCE else "info"
 
 
 def is_straggler(x: Late, step_ns: float) -> bool:

@@ -83,6 +83,22 @@ class ExposedNote:
     doubtful_ranks: tuple[int, ...]  # left out of waited_on: their clock or run is in doubt
 
 
+def _matched(c: Ctx) -> bool:
+    return "matched_ranks" in c.calls.columns and bool((c.calls["matched_ranks"].fill_null(0) > 1).any())
+
+
+def _traced_words(c: Ctx) -> str:
+    traced, world = c.a.ranks.height, c.a.facts.world_size
+    return f" (only {traced} of {world} ranks traced: waits among them only)" if world and traced < world else ""
+
+
+def _wait_words(c: Ctx, wait: float, exposed: float, waited_on: list[tuple[int, float]]) -> str:
+    if not _matched(c):  # one rank's trace, or nothing matched: a wait cannot be told from a transfer
+        return "its wait for late ranks unknown (no call matched across ranks)"
+    mostly = f" (mostly for {', '.join(f'rank {r}' for r, _ in waited_on)})" if waited_on else ""
+    return f"{pct(wait, exposed)} of it waiting for late ranks{mostly}"
+
+
 def exposed_note(c: Ctx, found: list[Finding]) -> ExposedNote | None:
     """The note, when exposed comm is over ``LARGE_SHARE`` of the step and no finding above info names a cause."""
     exposed = float(c.a.totals.get("exposed_comm_ns") or 0)
@@ -96,22 +112,18 @@ def exposed_note(c: Ctx, found: list[Finding]) -> ExposedNote | None:
     op, op_ns = _top_op(c)
     waited = _waited_on(c)
     wait_heavy = wait >= WAIT_DOMINATED * exposed
-    waited_text = ", ".join(f"rank {r} ({ms(v)}/step)" for r, v in waited) or "none"
     doubtful = tuple(sorted(c.doubtful))
     where = f"{dim} on {tier}" if dim != UNKNOWN or tier != UNKNOWN else "unknown groups and tier"
-    traced, world = c.a.ranks.height, c.a.facts.world_size
     return ExposedNote(
         headline=f"exposed communication is {pct(exposed, c.step_ns)} of the step ({ms(exposed)}), "
-                 f"{pct(wait, exposed)} of it waiting for late ranks"
-                 + (f" (mostly for {', '.join(f'rank {r}' for r, _ in waited)})" if wait_heavy and waited else "")
-                 + f"; most in {where}, {op}; no rule names a cause",
+                 + _wait_words(c, wait, exposed, waited if wait_heavy else [])
+                 + f"; most in {where}, {op}; no finding above info explains it",
         detail=f"{where} exposes {ms(place_ns)} per rank-step, {op} calls {ms(op_ns)}; of the exposed time "
                f"{ms(wait)} is waiting for a later rank and {ms(exposed - wait)} transfer; the others' exposed "
-               f"wait was for: {waited_text}"
+               f"wait was for: {', '.join(f'rank {r} ({ms(v)}/step)' for r, v in waited) or 'none'}"
                + (f" (ranks {', '.join(map(str, doubtful))} left out: their clock or run is in doubt)"
                   if doubtful else "")
-               + (f" (only {traced} of {world} ranks traced: waits among them only)"
-                  if world and traced < world else ""),
+               + _traced_words(c),
         look_at=_look_at(c, wait_heavy, dim == UNKNOWN, tier),
         exposed_ns=exposed, share=share, wait_ns=wait, dimension=dim, tier=tier, place_ns=place_ns, op=op,
         op_ns=op_ns, waited_on=tuple(waited), doubtful_ranks=doubtful)

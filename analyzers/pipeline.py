@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -20,7 +20,6 @@ from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
 from commprof.analyzers.classify import Layout, check_layout, classify_dimensions
 from commprof.analyzers.distribution import rank_distribution
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
-from commprof.analyzers.exposed import ExposedNote
 from commprof.analyzers.findings import Finding, rank_findings
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
 from commprof.analyzers.overlap import (
@@ -39,6 +38,9 @@ from commprof.analyzers.whatif import WhatIf
 from commprof.ingest.runner import LocalPool, ProgressFn, Runner
 from commprof.ingest.tables import RunFacts, RunTables
 from commprof.vocab import UNKNOWN
+
+if TYPE_CHECKING:  # the findings modules load with the findings step (lazily, like the rules)
+    from commprof.analyzers.exposed import ExposedNote
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Before a rule names a rank as late (straggler) or out of step (desync), the rank
 run on comparable clocks. Three checks, each naming the ranks and why:
 
 * **Run identity**: every rank of one job profiles the same steps (same ``ProfilerStep`` numbers). A rank
-  whose step numbers differ from the majority's — beyond one step more or less at the end, which a
+  whose step numbers differ from the majority's — beyond one step more or less at either end, which a
   trace cut short by a kill gives — is from another run or another profiler window: calls matched by
   order would pair different iterations.
 * **Trace start**: ranks in one job run in lockstep, so step k starts on every rank within about a step
@@ -59,8 +59,9 @@ def _steps_text(steps: tuple[int, ...]) -> str:
 
 
 def _same_run(mine: tuple[int, ...], ref: tuple[int, ...]) -> bool:
-    # one step more or less at the end is a trace cut short (a kill), not another run
-    return mine in (ref, ref[:-1]) or mine[:-1] == ref
+    # one step more or less at either end is a trace cut short (a kill) or a profiler window that opened or
+    # closed a step apart, not another run
+    return mine in (ref, ref[:-1], ref[1:]) or ref in (mine[:-1], mine[1:])
 
 
 def _run_identity(marks: pl.DataFrame) -> tuple[list[tuple[int, str]], list[str]]:

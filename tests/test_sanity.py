@@ -106,7 +106,7 @@ def test_a_host_clock_a_day_off_is_doubtful(tmp_path: Path) -> None:
     assert any("gpu-node-01" in w and "+24.0 h" in w for w in a.warnings), a.warnings
 
 
-def test_one_step_less_at_the_end_is_a_cut_trace_not_another_run() -> None:
+def test_one_step_less_at_an_end_is_a_cut_trace_not_another_run() -> None:
     import polars as pl
 
     marks = pl.DataFrame({"rank": [0, 0, 0, 1, 1, 1, 2, 2], "step": [0, 1, 2, 0, 1, 2, 0, 1],
@@ -117,6 +117,9 @@ def test_one_step_less_at_the_end_is_a_cut_trace_not_another_run() -> None:
                            "fit": ["single host"]})
     ranks = pl.DataFrame({"rank": [0, 1, 2], "host": ["h", "h", "h"]}, schema={"rank": pl.Int32, "host": pl.String})
     assert check_ranks(marks, clocks, ranks).ranks == frozenset()
+    opened_late = marks.with_columns(pl.when(pl.col("rank") == 2).then(pl.col("step") + 1).otherwise(pl.col("step"))
+                                     .alias("step"))
+    assert check_ranks(opened_late, clocks, ranks).ranks == frozenset()
     late = marks.with_columns(pl.when(pl.col("rank") == 2).then(pl.col("step") + 7).otherwise(pl.col("step"))
                               .alias("step"))
     assert check_ranks(late, clocks, ranks).ranks == frozenset({2})

@@ -127,9 +127,9 @@ def test_no_silent_report_when_exposed_comm_is_large_and_no_rule_names_a_cause(t
     assert report["exposed_note"]["headline"] == note.headline
     lines = finding_lines(report)
     assert lines[0].startswith("Findings: none")
-    assert lines[1] == f"Exposed communication: {note.headline}"
+    assert lines[1] == f"Where the exposed time goes: {note.headline}"
     assert lines[3].strip().startswith("look at: the transfer itself: busbw against the ethernet peak")
-    assert f"**Exposed communication: {note.headline}**" in finding_lines(report, markdown=True)
+    assert f"**Where the exposed time goes: {note.headline}**" in finding_lines(report, markdown=True)
 
 
 def test_a_wait_dominated_run_of_unknown_groups_names_its_straggler_not_a_note(tmp_path: Path) -> None:

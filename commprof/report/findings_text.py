@@ -46,7 +46,7 @@ def exposed_lines(report: dict[str, Any], markdown: bool = False) -> list[str]:
     note = report.get("exposed_note")
     if not note:
         return []
-    head = f"Exposed communication: {note['headline']}"
+    head = f"Where the exposed time goes: {note['headline']}"
     bullet = "- " if markdown else "       "
     return [f"**{head}**" if markdown else head, f"{bullet}where: {note['detail']}",
             f"{bullet}look at: {note['look_at']}"]

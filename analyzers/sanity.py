@@ -128,6 +128,7 @@ def _host_clocks(host_clocks: pl.DataFrame, ranks: pl.DataFrame,
 def check_ranks(step_marks: pl.DataFrame, host_clocks: pl.DataFrame, ranks: pl.DataFrame) -> Sanity:
     """The doubtful ranks of a run and a warning per check that failed. ``step_marks``: rank, step,
     start_ns, end_ns (each rank's own clock); ``host_clocks``: host, offset_ns, fit; ``ranks``: rank, host."""
+    step_marks = step_marks.filter(pl.col("step").is_not_null() & pl.col("start_ns").is_not_null())
     if step_marks.height == 0:
         return Sanity(pl.DataFrame(schema=DOUBTFUL_SCHEMA), ())
     longest = float((step_marks["end_ns"] - step_marks["start_ns"]).cast(pl.Float64).max() or 0)  # type: ignore[arg-type]

@@ -12,17 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from commprof.analyzers import whatif
+from commprof.analyzers import lateness, whatif
 from commprof.analyzers.findings import Finding
-from commprof.vocab import MEGATRON_ORDER, P2P_OPS
+from commprof.vocab import MEGATRON_ORDER, P2P_OPS, SEVERITIES, UNKNOWN
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis
 
 MIN_SHARE = 0.005  # below half a percent of the step a saving is noise
-# a straggler stands out from the jitter: late by >= 0.1 % of the step and >= 10x the upper quartile's excess
-STRAGGLER_MIN_SHARE = 0.001
-STRAGGLER_SPREADS = 10.0
 EXPECTED_EFFICIENCY = 0.8  # NCCL reaches about 80 % of a link's rate on large messages (nccl-tests)
 LOW_EFFICIENCY = 0.4  # a link at under half of that is "far below"
 LARGE_BYTES = 4 << 20  # bandwidth-bound calls: latency is under a few % of them on every tier
@@ -56,6 +53,7 @@ class Ctx:
         self.step_ns = float(a.totals.get("step_ns") or 0)
         self.rank_steps = max(a.steps.height, 1)
         self.n_steps = max(a.steps_analyzed, 1)
+        self.doubtful = frozenset(int(r) for r in a.doubtful_ranks["rank"].to_list())
         self.calls = a.collectives.filter(pl.col("step").is_not_null()) if "step" in a.collectives.columns \
             else a.collectives.clear()
 
@@ -76,39 +74,13 @@ def steps_of(frame: pl.DataFrame) -> tuple[int, ...]:
 
 # ------------------------------------------------------------------------------------------ straggler
 
-def straggler_lateness(c: Ctx) -> dict[int, float]:
-    """Per rank: how much later than the rest of its group it arrived per step, summed over the calls
-    it was last at (the margin = the smallest wait among the others), minus the other ranks' median — what
-    the others would not wait were it on time. Only the calls of the innermost dimension count (the
-    first of tp, cp, ep, dp in Megatron's order that has calls; all calls when none is classified):
-    once a late rank has held up its TP group, the whole group arrives late at its DP calls, and
-    counting those again would charge one delay twice (and blame its victims). Point-to-point calls are
-    pipeline structure, not straggling, and are left out, and so are calls whose group was not seen whole
-    (2 traced ranks of a 128-rank group cannot say who was last). Ranks within the jitter are not returned."""
-    calls = c.calls.filter(pl.col("match_key").is_not_null() & ~pl.col("op").is_in(list(P2P_OPS))
-                           & (pl.col("matched_ranks") > 1) & (pl.col("matched_ranks") == pl.col("group_size")))
-    if calls.height == 0:
-        return {}
-    present = set(calls["dimension"].to_list())
-    inner = next((d for d in MEGATRON_ORDER if d in present), None)
-    if inner is not None:
-        calls = calls.filter(pl.col("dimension") == inner)
-    margins = (calls.filter(pl.col("rank") != pl.col("late_rank")).group_by("match_key")
-               .agg(pl.col("wait_ns").min().alias("margin"), pl.col("late_rank").first()))
-    per = margins.group_by("late_rank").agg((pl.col("margin").sum() / c.n_steps).alias("late_ns"))
-    ranks = c.a.steps["rank"].unique().to_list()
-    late = {int(r): 0.0 for r in ranks}
-    late.update({int(r): float(v) for r, v in per.iter_rows()})
-    out = {}
-    for rank, value in late.items():
-        others = sorted(v for r, v in late.items() if r != rank)
-        if not others:
-            continue
-        median = (others[(len(others) - 1) // 2] + others[len(others) // 2]) / 2
-        spread = others[(3 * len(others)) // 4] - median  # the others' jitter: their upper quartile's excess
-        if value - median > max(STRAGGLER_MIN_SHARE * c.step_ns, STRAGGLER_SPREADS * spread):
-            out[rank] = value - median
-    return out
+def straggler_lateness(c: Ctx) -> list[lateness.Late]:
+    """The stragglers: per group, the rank its peers wait for step after step (analyzers/lateness.py
+    judges it over steps and says how sure it is), on groups seen whole, classified or not, leaving out
+    calls with a rank whose clock or run is in doubt."""
+    traced = int(c.a.ranks.height)
+    judged, scope = lateness.judged_calls(c.calls, c.doubtful, traced, c.a.facts.world_size)
+    return [x for x in lateness.late_ranks(judged, scope) if lateness.is_straggler(x, c.step_ns)]
 
 
 def rule_straggler(c: Ctx) -> list[Finding]:
@@ -116,33 +88,52 @@ def rule_straggler(c: Ctx) -> list[Finding]:
     table = {r["rank"]: r for r in c.a.stragglers.to_dicts()}
     # capped at the exposed wait of the rank that waited most: the others wait for it at most that long
     waited = float(c.a.rank_summary["exposed_wait_ns"].max() or 0) if c.a.rank_summary.height else 0.0
-    for rank, late in sorted(straggler_lateness(c).items(), key=lambda kv: -kv[1]):
-        saving = min(late, waited)
-        row = table.get(rank, {})
-        mine = c.calls.filter((pl.col("late_rank") == rank) & (pl.col("rank") != rank)
+    for x in straggler_lateness(c):
+        saving = min(x.late_ns, waited)
+        row = table.get(x.rank, {})
+        mine = c.calls.filter((pl.col("late_rank") == x.rank) & (pl.col("rank") != x.rank)
                               & ~pl.col("op").is_in(list(P2P_OPS)))
         dims = (mine.group_by("dimension").agg(pl.col("wait_ns").sum()).sort("wait_ns", descending=True)
                 ["dimension"].to_list())
         dim = dims[0] if dims else None
+        known = dim if dim and dim != UNKNOWN else None
+        # jitter never reads as a sure fault: the severity is capped by how sure the lateness is
+        cap = lateness.max_severity(x)
+        sev = min(severity(saving, c.step_ns), cap, key=SEVERITIES.index)
         out.append(Finding(
-            id="straggler", key=f"straggler:rank{rank}", severity=severity(saving, c.step_ns),
-            title=f"rank {rank} is a straggler: it arrives {ms(late)} per step after its peers"
-                  + (f" (most waited on in {dim})" if dim else ""),
-            detail=f"rank {rank} was last at {row.get('times_last', 0)} matched calls; its peers waited "
-                   f"{ms(float(row.get('caused_wait_ns_per_step') or 0))} per step for it in total "
-                   f"(summed over peers); its worst wait caused was at {row.get('max_wait_call') or '?'}.",
-            action=f"look at what rank {rank} does before its late calls (host {_host(c, rank)}): a slower GPU "
+            id="straggler", key=f"straggler:rank{x.rank}", severity=sev,
+            title=f"rank {x.rank} is a straggler: it arrives {ms(x.late_ns)} per step after its peers, last in "
+                  f"{x.steps_last} of {x.steps} steps ({_sure(x.chance)} sure)"
+                  + (f", most waited on in {known}" if known else ""),
+            detail=f"judged on {x.scope} (group {x.pg}, {x.members} ranks): its lateness per step (the smallest "
+                   f"wait of the others at each call it was last at) is {ms(x.late_ns)} above the others' median, "
+                   f"where the latest other rank shows {ms(x.jitter_ns)} in a typical step; {x.top_share} of the "
+                   f"group's {x.steps} highest rank-step latenesses are its own (chance by luck "
+                   f"{_chance_text(x.chance)}). It was last at {row.get('times_last', 0)} matched calls; its "
+                   f"peers waited {ms(float(row.get('caused_wait_ns_per_step') or 0))} per step for it in total.",
+            action=f"look at what rank {x.rank} does before its late calls (host {_host(c, x.rank)}): a slower GPU "
                    "(clocks, thermals, ECC), data-loader or CPU stalls, uneven work; compare its compute per step "
                    "with its peers' on the skew page",
             saving_ns_per_step=round(saving),
             saving_model="its lateness per step (the smallest wait of the others at each call it was last at, "
-                         "minus the median rank's), capped at the run's exposed wait per step",
-            ranks=(rank,), pgs=tuple(sorted(set(mine["pg"].to_list())))[:16], dimension=dim,
+                         "minus the other ranks' median; the median over steps), capped at the run's exposed "
+                         "wait per step",
+            ranks=(x.rank,), pgs=tuple(sorted(set(mine["pg"].to_list())))[:16], dimension=dim,
             steps=steps_of(mine),
-            numbers={"late_ns_per_step": late, "times_last": float(row.get("times_last") or 0),
+            numbers={"late_ns_per_step": x.late_ns, "jitter_ns_per_step": x.jitter_ns,
+                     "steps_last": float(x.steps_last), "steps_judged": float(x.steps),
+                     "confidence": x.confidence, "times_last": float(row.get("times_last") or 0),
                      "caused_wait_ns_per_step": float(row.get("caused_wait_ns_per_step") or 0),
                      "exposed_wait_ns_per_step": waited}))
     return out
+
+
+def _sure(chance: float) -> str:
+    return f"{100.0 * (1.0 - chance):.1f} %" if chance > 1e-3 else "> 99.9 %"
+
+
+def _chance_text(chance: float) -> str:
+    return f"{100.0 * chance:.2g} %" if chance >= 1e-4 else "< 0.01 %"
 
 
 def _host(c: Ctx, rank: int) -> str:

@@ -132,6 +132,8 @@ def rule_desync(c: Ctx) -> list[Finding]:
     calls = c.a.collectives.filter(pl.col("match_key").is_not_null() & ~pl.col("op").is_in(list(P2P_OPS))
                                    & (pl.col("matched_ranks") > 1)).select("rank", "pg", "match_key", "op", "step",
                                                                             "bytes")
+    # no blame on a rank whose clock or run is in doubt (analyzers/sanity.py): its calls pair by accident
+    calls = calls.filter(~pl.col("rank").is_in(list(c.doubtful)).any().over("match_key"))
     ops = _odd(calls, "match_key", "op")
     sized = calls.filter(pl.col("op").is_in(SAME_SIZE_OPS) & pl.col("bytes").is_not_null())
     sizes = _odd(sized.filter(pl.col("op").n_unique().over("match_key") == 1), "match_key", "bytes")
@@ -163,7 +165,7 @@ def rule_desync(c: Ctx) -> list[Finding]:
 
 def _desync_flight_recorder(c: Ctx) -> list[Finding]:
     fr = c.a.tables.sidecars.flight_recorder.filter(~pl.col("is_p2p").fill_null(False) & pl.col("seq").is_not_null()
-                                                    & (pl.col("seq") > 0))
+                                                    & (pl.col("seq") > 0) & ~pl.col("rank").is_in(list(c.doubtful)))
     if fr.height == 0:
         return []
     fr = fr.with_columns(pl.format("{} seq {}", "pg", "seq").alias("key"))

@@ -1,7 +1,7 @@
 """The analysis of a run: a short, named list of steps over a :class:`RunTables`, giving one
 :class:`Analysis` that holds every number any view shows (views only select and format).
 
-    skew → overlap → tiers → dimensions → efficiency → summaries → traffic → findings
+    skew → sanity → overlap → tiers → dimensions → efficiency → summaries → traffic → findings
 
 Each step reads what the earlier ones made and adds its own frames; none reads a file.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -31,12 +31,16 @@ from commprof.analyzers.overlap import (
     analyze_rank_file,
     stack,
 )
+from commprof.analyzers.sanity import DOUBTFUL_SCHEMA, check_ranks
 from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
 from commprof.analyzers.traffic import traffic_matrix
 from commprof.analyzers.whatif import WhatIf
 from commprof.ingest.runner import LocalPool, ProgressFn, Runner
 from commprof.ingest.tables import RunFacts, RunTables
 from commprof.vocab import UNKNOWN
+
+if TYPE_CHECKING:  # the findings modules load with the findings step (lazily, like the rules)
+    from commprof.analyzers.exposed import ExposedNote
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,16 @@ class Analysis:
     traffic: pl.DataFrame  # src, dst, bytes_per_step
     traffic_left_out: int
     warnings: tuple[str, ...]
+    # ranks whose clock or run identity is in doubt (analyzers/sanity.py): rank, check, reason; no finding
+    # that blames a rank rests on their calls
+    doubtful_ranks: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=DOUBTFUL_SCHEMA))
     # ranked: severity, then estimated saving (analyzers/findings.py); findings_computed is False when the
     # run has nothing the rules can judge (no analyzed step), so a check gate says "skip", not "pass"
     findings: tuple[Finding, ...] = ()
     findings_computed: bool = False
     what_if: WhatIf | None = None  # the --what-if estimate, when changes were asked for
+    # where the exposed comm goes, when it is a large share of the step and no finding names a cause
+    exposed_note: ExposedNote | None = None
 
     def top_collectives(self, n: int | None = None) -> pl.DataFrame:
         """The (pg, op, bytes) rows that cost the most exposed time."""
@@ -112,6 +121,7 @@ class _Work:
     match_by: str = "none"
     unmatched: int = 0
     groups: pl.DataFrame = field(default_factory=pl.DataFrame)
+    doubtful: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=DOUBTFUL_SCHEMA))
     out: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,6 +133,13 @@ def step_skew(w: _Work) -> None:
     if unaligned.height:
         w.warnings.append(f"{unaligned.height} host(s) share no matched collective with other hosts; their "
                           f"clocks are not aligned ({', '.join(unaligned['host'].to_list()[:4])})")
+
+
+def step_sanity(w: _Work) -> None:
+    """Ranks whose clock or run identity is in doubt, before any rule can blame them."""
+    sanity = check_ranks(w.tables.step_marks, w.host_clocks, w.tables.ranks)
+    w.doubtful = sanity.doubtful
+    w.warnings.extend(sanity.warnings)
 
 
 def step_overlap(w: _Work) -> None:
@@ -228,7 +245,8 @@ def step_traffic(w: _Work) -> None:
 
 
 STEPS: tuple[tuple[str, Callable[[_Work], None]], ...] = (
-    ("skew", step_skew), ("overlap", step_overlap), ("tiers", step_tiers), ("dimensions", step_dimensions),
+    ("skew", step_skew), ("sanity", step_sanity), ("overlap", step_overlap), ("tiers", step_tiers),
+    ("dimensions", step_dimensions),
     ("efficiency", step_efficiency), ("summaries", step_summaries), ("traffic", step_traffic),
 )
 
@@ -250,7 +268,7 @@ def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner:
         settings=settings, facts=tables.facts, tables=tables, ranks=tables.ranks, process_groups=w.groups,
         steps=w.steps, collectives=w.collectives, pg_steps=w.pg_steps, exposed_spans=w.spans,
         host_clocks=w.host_clocks, match_by=w.match_by, unmatched_calls=w.unmatched,
-        warnings=tuple(w.warnings), **w.out,
+        warnings=tuple(w.warnings), doubtful_ranks=w.doubtful, **w.out,
     )
     return step_findings(analysis)
 
@@ -259,10 +277,12 @@ def step_findings(analysis: Analysis) -> Analysis:
     """The last step reads the finished analysis (the rules judge its frames, they compute no figure the
     views show otherwise) and returns it with the ranked findings."""
     from commprof.analyzers import whatif
-    from commprof.analyzers.findings_rules import find
+    from commprof.analyzers.exposed import exposed_note
+    from commprof.analyzers.findings_rules import Ctx, find
 
     found, computed = find(analysis)
-    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed)
+    note = exposed_note(Ctx(analysis), found) if computed else None
+    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed, exposed_note=note)
     if not analysis.settings.what_if:
         return analysis
     changes = [whatif.parse_change(t) for t in analysis.settings.what_if]

@@ -6,6 +6,7 @@ Text and Markdown renderers read this same structure, so every format shows the 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +109,8 @@ def build(analysis: Analysis) -> dict[str, Any]:
         "findings_computed": analysis.findings_computed,
         "findings": [finding_dict(f) for f in analysis.findings],
         "what_if": _what_if(analysis),
+        "exposed_note": asdict(analysis.exposed_note) if analysis.exposed_note else None,
+        "doubtful_ranks": analysis.doubtful_ranks.to_dicts(),
         "warnings": list(analysis.warnings),
     })
     return report

@@ -22,7 +22,8 @@ def finding_lines(report: dict[str, Any], top: int = TOP_FINDINGS, markdown: boo
     if not report.get("findings_computed"):
         return ["Findings: not computed (no analyzed step in this run)"]
     if not found:
-        return ["Findings: none — no rule found a problem above noise (docs/findings.md lists the rules)"]
+        return ["Findings: none — no rule found a problem above noise (docs/findings.md lists the rules)",
+                *exposed_lines(report, markdown)]
     step = (report.get("totals") or {}).get("step_ns")
     head = f"Findings ({len(found)}; top {min(top, len(found))}, estimated saving per step):"
     lines = [f"**{head}**" if markdown else head]
@@ -36,7 +37,19 @@ def finding_lines(report: dict[str, Any], top: int = TOP_FINDINGS, markdown: boo
         lines.append(f"{indent}fix: {f['action']}")
     if len(found) > top:
         lines.append(f"{'' if markdown else '  '}... {len(found) - top} more in --format json (findings[])")
-    return lines
+    return lines + exposed_lines(report, markdown)
+
+
+def exposed_lines(report: dict[str, Any], markdown: bool = False) -> list[str]:
+    """Where the exposed communication goes, when the analysis says it is a large share of the step and no
+    finding names a cause (analyzers/exposed.py): no silent report."""
+    note = report.get("exposed_note")
+    if not note:
+        return []
+    head = f"Where the exposed time goes: {note['headline']}"
+    bullet = "- " if markdown else "       "
+    return [f"**{head}**" if markdown else head, f"{bullet}where: {note['detail']}",
+            f"{bullet}look at: {note['look_at']}"]
 
 
 def what_if_lines(report: dict[str, Any], markdown: bool = False) -> list[str]:

@@ -65,6 +65,7 @@ class Ctx:
         # hiding communication behind compute buys on a GPU is not bought here (ab-cost.md)
         modes = set(a.ranks["mode"].drop_nulls().to_list()) if "mode" in a.ranks.columns else set()
         self.cpu = modes == {"cpu"}
+        self.warnings: list[str] = []  # a rule that could not run says why (the analysis' warnings)
 
     def noise(self, saving_ns: float) -> bool:
         return saving_ns < MIN_SHARE * self.step_ns
@@ -290,17 +291,19 @@ def rule_dp_sync_exposed(c: Ctx) -> list[Finding]:
 RULES = (rule_straggler, rule_front_dim_across_nodes, rule_dp_sync_exposed)
 
 
-def find(a: Analysis) -> tuple[list[Finding], bool]:
-    """Every rule's findings, and whether they could be computed (a run with no analyzed step cannot be
-    judged)."""
+def find(a: Analysis) -> tuple[list[Finding], bool, list[str]]:
+    """Every rule's findings, whether they could be computed (a run with no analyzed step cannot be
+    judged), and the warnings of rules that could not run."""
+    from commprof.analyzers.findings_latency import rule_small_messages_without_peak
     from commprof.analyzers.findings_layout import rule_group_larger_than_node
     from commprof.analyzers.findings_setup import SETUP_RULES
     from commprof.analyzers.findings_traffic import TRAFFIC_RULES
 
     if a.steps.height == 0:
-        return [], False
+        return [], False, []
     c = Ctx(a)
     found: list[Finding] = []
-    for rule in (*RULES, rule_group_larger_than_node, *TRAFFIC_RULES, *SETUP_RULES):
+    for rule in (*RULES, rule_group_larger_than_node, *TRAFFIC_RULES, rule_small_messages_without_peak,
+                 *SETUP_RULES):
         found.extend(rule(c))
-    return found, True
+    return found, True, c.warnings

@@ -261,8 +261,9 @@ def step_findings(analysis: Analysis) -> Analysis:
     from commprof.analyzers import whatif
     from commprof.analyzers.findings_rules import find
 
-    found, computed = find(analysis)
-    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed)
+    found, computed, notes = find(analysis)
+    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed,
+                       warnings=(*analysis.warnings, *notes))
     if not analysis.settings.what_if:
         return analysis
     changes = [whatif.parse_change(t) for t in analysis.settings.what_if]

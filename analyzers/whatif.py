@@ -309,7 +309,8 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
     if layouts:
         if len(changes) > 1:
             raise UsageError(f"--what-if {layouts[0].text}: a layout what-if cannot be combined with other changes")
-        return whatif_layout.estimate_layout(a, layouts[0])
+        result: WhatIf = whatif_layout.estimate_layout(a, layouts[0])
+        return result
     for c in changes:
         whatif_layout.check_move(a, c)
     warnings: list[str] = []

@@ -142,11 +142,11 @@ def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
     peaks = {t: whatif.tier_peak(a, t) for t in set(tiers.values())}
     calls = a.collectives.filter(pl.col("step").is_not_null())
     moved = {d: t for d, t in tiers.items() if d in old}
-    for dim, tier in moved.items():
-        now = set(calls.filter(pl.col("dimension") == dim)["tier"].drop_nulls().to_list())
-        if now != {tier} and (peaks[tier] is None or calls.filter((pl.col("dimension") == dim)
+    for name, tier in moved.items():
+        now = set(calls.filter(pl.col("dimension") == name)["tier"].drop_nulls().to_list())
+        if now != {tier} and (peaks[tier] is None or calls.filter((pl.col("dimension") == name)
                                                                   & pl.col("peak_gbps").is_null()).height):
-            raise _refuse(change.text, f"{dim} would move onto {tier} and a peak bandwidth is not known for it or "
+            raise _refuse(change.text, f"{name} would move onto {tier} and a peak bandwidth is not known for it or "
                                        f"its tier now (pass --peak {tier}=GB/s)")
     f = factors(old, new)
     dim = pl.col("dimension")

@@ -5,7 +5,10 @@ Changes (``commprof analyze RUN --what-if X``, several combine):
 * ``ib=25`` — a tier's bandwidth, GB/s per GPU and direction (the unit of busbw);
 * ``tp:nvlink`` — a dimension's groups moved onto another tier;
 * ``overlap:dp`` — a dimension's sync overlapped with the backward;
-* ``straggler:off`` — the late ranks the straggler findings name arrive on time.
+* ``straggler:off`` — the late ranks the straggler findings name arrive on time;
+* ``layout:tp=4,dp=2`` — another layout at the same world size (analyzers/whatif_layout.py).
+
+A change that cannot happen (a group larger than a node moved onto NVLink) is a UsageError.
 
 The model keeps every rank's compute as measured and changes only communication:
 

@@ -1,7 +1,7 @@
 """Small messages judged from the calls themselves, on tiers without a peak bandwidth (loopback, Gloo on
 CPU, a tier nobody gave ``--peak`` for), where rule_small_messages (findings_traffic.py) cannot compare
-busbw with a peak. A call's transfer is ``alpha + bus bytes / beta``: fitted per tier over the run's
-call sizes (the median transfer of each op and size, weighted by its calls), the calls whose alpha is
+busbw with a peak. A call's transfer is ``alpha + bus bytes / beta``: fitted per tier over all its
+sized calls (the median transfer of each op and size, weighted by its calls), the small calls whose alpha is
 most of their transfer are latency-bound, and coalescing them saves one alpha per call removed. Where
 the sizes cannot support a fit, a warning says why the rule could not run."""
 
@@ -33,25 +33,26 @@ def fit_alpha_beta(points: pl.DataFrame) -> tuple[float, float] | None:
 
 
 def rule_small_messages_without_peak(c: Ctx) -> list[Finding]:
-    small = c.calls.filter(pl.col("bytes").is_not_null() & (pl.col("bytes") < SMALL_BYTES) & (pl.col("bytes") > 0)
-                           & (pl.col("op") != "barrier") & pl.col("peak_gbps").is_null()
-                           & pl.col("transfer_ns").is_not_null())
-    if small.height == 0:
+    sized = c.calls.filter(pl.col("bytes").is_not_null() & (pl.col("bytes") > 0) & (pl.col("op") != "barrier")
+                           & pl.col("peak_gbps").is_null() & pl.col("transfer_ns").is_not_null())
+    if sized.filter(pl.col("bytes") < SMALL_BYTES).height == 0:
         return []
     bus = busbw_factor_expr(pl.col("op"), pl.col("group_size").cast(pl.Float64)).fill_null(1.0)
-    small = small.with_columns((pl.col("bytes") * bus).alias("bus_bytes"))
+    sized = sized.with_columns((pl.col("bytes") * bus).alias("bus_bytes"))
     out = []
-    for (tier,), calls in small.partition_by("tier", as_dict=True).items():
+    for (tier,), every in sized.partition_by("tier", as_dict=True).items():
+        calls = every.filter(pl.col("bytes") < SMALL_BYTES)
         per_step = calls.height / c.rank_steps
         if per_step < MIN_CALLS_PER_STEP:
             continue
-        points = calls.group_by("op", "bus_bytes").agg(pl.col("transfer_ns").median(), pl.len().alias("n"))
+        # the fit reads every sized call of the tier: the large ones pin beta, the small ones alpha
+        points = every.group_by("op", "bus_bytes").agg(pl.col("transfer_ns").median(), pl.len().alias("n"))
         fit = fit_alpha_beta(points)
         if fit is None:
             lo, hi = int(points["bus_bytes"].min() or 0), int(points["bus_bytes"].max() or 0)
             c.warnings.append(
                 f"small_messages: not judged on {tier} ({per_step:.0f} calls per rank-step under {SMALL_BYTES >> 20} "
-                f"MiB): {tier} has no peak bandwidth, and their sizes ({lo}-{hi} bus bytes) span less than "
+                f"MiB): {tier} has no peak bandwidth, and its calls' sizes ({lo}-{hi} bus bytes) span less than "
                 f"{MIN_SIZE_RANGE:.0f}x, too little to fit time = alpha + bytes/beta (pass --peak {tier}=GB/s)")
             continue
         alpha, _ = fit

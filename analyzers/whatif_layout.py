@@ -14,6 +14,8 @@ The layout model re-derives each dimension's traffic from the measured calls, at
 * **Transfer.** Alpha-beta as for the tier moves (analyzers/whatif.py): the latency part takes the new
   group size's steps on the new tier; the bandwidth part scales by the bytes, the busbw factor of the new
   group size, and the peaks' ratio. A call's wait for late ranks is kept.
+* **Exposure.** As whatif.exposure_after, except for TP, CP and EP calls: on the layer's critical path,
+  they keep the share of their time that was exposed.
 * **Compute** per rank is kept as measured: at the same world size each rank does 1/W of the work
   whatever the split (the efficiency of other GEMM shapes is not modelled). The pipeline's stage count
   must stay (its bubble depends on micro-batches the what-if cannot change), and CP / EP sizes too.
@@ -131,6 +133,23 @@ def factors(old: dict[str, int], new: dict[str, int]) -> dict[str, float]:
     return {**{d: tokens for d in ACTIVATION_DIMS}, "dp": params}
 
 
+def _blocking_share_kept(calls: pl.DataFrame, pgs: pl.DataFrame) -> pl.DataFrame:
+    """TP, CP and EP calls sit on the layer's critical path (the next op reads their result): resized, they
+    keep the share of their time that ran beside compute, instead of hiding behind the compute that ran
+    beside them before (the asynchronous-group rule of whatif.exposure_after, right for DP buckets)."""
+    dur = (pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64)
+    per = (calls.filter(pl.col("dimension").is_in(["tp", "cp", "ep"]))
+           .group_by("rank", "step", "pg")
+           .agg(dur.sum().alias("_before"), (dur - pl.col("transfer_ns") + pl.col("transfer_after_ns")).sum()
+                .alias("_after")))
+    ratio = (pl.col("_after") / pl.col("_before")).fill_nan(1.0)
+    return (pgs.join(per, on=["rank", "step", "pg"], how="left")
+            .with_columns(pl.when(pl.col("_before").is_not_null() & (pl.col("_before") > 0))
+                          .then(pl.col("exposed_ns") * ratio.clip(0.0)).otherwise(pl.col("exposed_after_ns"))
+                          .alias("exposed_after_ns"))
+            .drop("_before", "_after"))
+
+
 def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
     """The step time of the run laid out as ``change.sizes`` (module doc)."""
     warnings: list[str] = []
@@ -174,7 +193,7 @@ def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
     calls = calls.with_columns(pl.when(gone).then(transfer - (pl.col("end_ns") - pl.col("start_ns")))
                                .otherwise(pl.col("transfer_after_ns")).alias("transfer_after_ns"))
     calls = calls.drop("_n2", "_t2", "_p2", "_beta2")
-    pgs = whatif.exposure_after(a, calls)
+    pgs = _blocking_share_kept(calls, whatif.exposure_after(a, calls))
     notes: list[str] = []
     pgs = whatif._through_the_pipeline(a, calls, pgs, notes)
     before = ",".join(f"{d}={old[d]}" for d in MEGATRON_ORDER if d in old)

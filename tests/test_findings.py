@@ -183,14 +183,15 @@ def test_small_latency_bound_messages(tmp_path: Path) -> None:
 
 def test_a_group_larger_than_a_node_names_the_layout_to_use(tmp_path: Path) -> None:
     """tp=8 on nodes of 4: the layout what-if estimates tp=4,dp=4 (regenerated at the same global batch the
-    step drops by 40.5 ms; the estimate says 52.2 ms, +29 %: the what-if keeps the tp calls' 4.7 % overlap
-    whole while they shrink 20-fold). Without dp traffic to scale, the saving is not estimated, with why."""
+    step drops by 40.5 ms; the estimate says 46.0 ms, +13 %: the grown dp sync hides a little more behind
+    the backward than it does in the regenerated run). Without dp traffic to scale, the saving is not
+    estimated, with why."""
     a = _analyze(tmp_path, "tp8", TP8_ON_4)
     (f,) = [f for f in a.findings if f.id == "group_larger_than_node"]
     assert (f.key, f.dimension, f.tier, f.severity) == ("group_larger_than_node:tp", "tp", "ib", "high")
     assert "tp=4,dp=4" in f.action and f.saving_model.startswith("what-if layout:tp=4,dp=4")
     fixed = _analyze(tmp_path, "tp4", {**TP8_ON_4, "sizes": {"tp": 4, "dp": 4}, "tokens": 2048})
-    assert f.saving_ns_per_step == pytest.approx(_step(a) - _step(fixed), rel=0.35)
+    assert f.saving_ns_per_step == pytest.approx(_step(a) - _step(fixed), rel=0.2)
     assert not [f for f in a.findings if f.id == "tp_across_nodes"]  # nothing to swap tp with
     only_tp = _analyze(tmp_path, "tp8only", dict(nodes=2, gpus_per_node=4, sizes={"tp": 8}, steps=2, seed=1))
     (g,) = only_tp.findings

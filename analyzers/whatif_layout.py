@@ -154,7 +154,9 @@ def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
     """The step time of the run laid out as ``change.sizes`` (module doc)."""
     warnings: list[str] = []
     old, new = run_sizes(a), {d: n for d, n in change.sizes if n > 1}
-    world = a.ranks.height
+    world = int(a.ranks["world_size"].max() or a.ranks.height) if "world_size" in a.ranks.columns else a.ranks.height
+    if a.ranks.height != world or a.ranks["node"].null_count():
+        raise _refuse(change.text, f"it needs every rank and its node ({a.ranks.height} of {world} ranks traced)")
     _check(change.text, old, new, world)
     layout = Layout(dict(new), change.order or MEGATRON_ORDER)
     tiers = _placement(a, layout, warnings)

@@ -13,6 +13,7 @@ import polars as pl
 from commprof.analyzers.bandwidth import busbw_factor_expr
 from commprof.analyzers.findings import Finding
 from commprof.analyzers.findings_rules import SMALL_BYTES, Ctx, ms, severity, steps_of
+from commprof.vocab import UNKNOWN
 
 MIN_CALLS_PER_STEP = 8  # as rule_small_messages
 MIN_SIZE_RANGE = 4.0  # the fit needs sizes spanning at least 4x (bus bytes) to tell alpha from beta
@@ -53,7 +54,9 @@ def rule_small_messages_without_peak(c: Ctx) -> list[Finding]:
             c.warnings.append(
                 f"small_messages: not judged on {tier} ({per_step:.0f} calls per rank-step under {SMALL_BYTES >> 20} "
                 f"MiB): {tier} has no peak bandwidth, and its calls' sizes ({lo}-{hi} bus bytes) span less than "
-                f"{MIN_SIZE_RANGE:.0f}x, too little to fit time = alpha + bytes/beta (pass --peak {tier}=GB/s)")
+                f"{MIN_SIZE_RANGE:.0f}x, too little to fit time = alpha + bytes/beta ("
+                + ("the tier is unknown: --network / --gpus-per-node name it, then --peak TIER=GB/s)"
+                   if tier == UNKNOWN else f"pass --peak {tier}=GB/s)"))
             continue
         alpha, _ = fit
         out.extend(_findings(c, calls, str(tier), alpha))

@@ -68,7 +68,7 @@ class Change:
 
 
 def parse_change(text: str) -> Change:
-    """One ``--what-if`` value; UsageError naming the value when it is not one of the four forms."""
+    """One ``--what-if`` value; UsageError naming the value when it is not one of the five forms."""
     t = text.strip().lower()
     if t.startswith("layout:"):
         from commprof.analyzers.classify import parse_layout

@@ -202,7 +202,9 @@ def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
     method = (f"layout {before} -> {','.join(f'{d}={new[d]}' for d in MEGATRON_ORDER if d in new)}: groups placed "
               f"Megatron-style ({', '.join(f'{d} on {t}' for d, t in tiers.items())}); bytes per call x "
               f"{f['tp']:.3g} for activations (tp/pp/cp/ep: tokens per rank) and x {f['dp']:.3g} for dp "
-              "(parameters per rank), same calls per step; " + whatif.MODEL
-              + "; compute per rank kept as measured (same world size: each rank does 1/W of the work; the "
-                "efficiency of other GEMM shapes is not modelled)" + "".join(f"; {n}" for n in notes))
+              "(parameters per rank), same calls per step; alpha-beta transfer on the new bytes, group sizes "
+              "and tiers (latency steps x tier latency + bus bytes / bandwidth); exposure re-derived per rank, "
+              "step and group (tp/cp/ep keep their exposed share); compute per rank kept as measured (same world "
+              "size: each rank does 1/W of the work; the efficiency of other GEMM shapes is not modelled)"
+              + "".join(f"; {n}" for n in notes))
     return whatif.summarize(a, pgs, (change.text,), method, warnings)

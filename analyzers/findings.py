@@ -17,7 +17,8 @@ from commprof.vocab import SEVERITIES
 # Every kind of finding, in the order docs/findings.md describes them. ``id`` is stable: check rules,
 # diff and the dashboard key on it.
 FINDING_IDS = (
-    "tp_across_nodes", "dp_sync_exposed", "straggler", "small_messages", "pipeline_bubble", "alltoall_imbalance",
+    "tp_across_nodes", "group_larger_than_node", "dp_sync_exposed", "straggler", "small_messages", "pipeline_bubble",
+    "alltoall_imbalance",
     "link_efficiency", "nccl_socket_fallback", "nccl_gdr_disabled", "nccl_p2p_disabled", "nvls_unavailable",
     "host_sync", "desync",
 )

@@ -28,7 +28,10 @@ SMALL_BUSBW_SHARE = 0.1  # small calls at under 10 % of the tier's peak are late
 DP_OVERLAP_LOW = 0.1  # a DP sync hidden for under 10 % of its time is not overlapping the backward
 MICRO_BATCH_FACTOR = 4  # the pipeline finding suggests 4x the micro-batches at the same global batch
 A2A_IMBALANCE = 1.25  # max / mean bytes of an all-to-all's members
-FRONT_DIMS = ("tp", "cp", "ep")  # the frequent dimensions that belong inside a node
+FRONT_DIMS = ("tp", "cp", "ep")
+CPU_NOT_ESTIMATED = ("not estimated on a CPU run: communication and compute compete for the same cores, so "
+                     "overlapping them frees no time there (measured: the fix bought nothing on 2 cores); on GPUs "
+                     "the what-if model applies")  # the frequent dimensions that belong inside a node
 BACK_DIMS = ("dp", "pp")
 
 
@@ -56,6 +59,11 @@ class Ctx:
         self.doubtful = frozenset(int(r) for r in a.doubtful_ranks["rank"].to_list())
         self.calls = a.collectives.filter(pl.col("step").is_not_null()) if "step" in a.collectives.columns \
             else a.collectives.clear()
+        # a CPU run (Gloo, no device kernels): communication and compute share the host's cores, so what
+        # hiding communication behind compute buys on a GPU is not bought here (ab-cost.md)
+        modes = set(a.ranks["mode"].drop_nulls().to_list()) if "mode" in a.ranks.columns else set()
+        self.cpu = modes == {"cpu"}
+        self.warnings: list[str] = []  # a rule that could not run says why (the analysis' warnings)
 
     def noise(self, saving_ns: float) -> bool:
         return saving_ns < MIN_SHARE * self.step_ns
@@ -234,26 +242,37 @@ def rule_dp_sync_exposed(c: Ctx) -> list[Finding]:
     overlapped = float(row.get("overlapped_ns_per_step") or 0)
     if comm <= 0 or overlapped >= DP_OVERLAP_LOW * comm:
         return []
-    saving = min(c.saving([whatif.Change("overlap:dp", "overlap", dimension="dp")]), exposed)
-    if c.noise(saving):
-        return []
+    if c.cpu:
+        # not estimated: the overlap model's saving assumes the sync runs on its own engine (a GPU's copy
+        # engines and NICs); here it would take the cores the backward runs on
+        saving, sev = 0.0, "info"  # its A/B cost on CPU runs: nothing measurable
+        if c.noise(exposed):
+            return []
+    else:
+        saving = min(c.saving([whatif.Change("overlap:dp", "overlap", dimension="dp")]), exposed)
+        sev = severity(saving, c.step_ns)
+        if c.noise(saving):
+            return []
     dp = c.calls.filter(pl.col("dimension") == "dp")
     ops = ", ".join(sorted(set(dp["op"].to_list())))
     per_step = dp.height / c.rank_steps
     return [Finding(
-        id="dp_sync_exposed", key="dp_sync_exposed:dp", severity=severity(saving, c.step_ns),
+        id="dp_sync_exposed", key="dp_sync_exposed:dp", severity=sev,
         title=f"data-parallel gradient sync is exposed: {ms(exposed)} per step, only {pct(overlapped, comm)} "
               "hidden behind compute",
         detail=f"dp {ops}: {per_step:.1f} calls and {float(row.get('bytes_per_step') or 0) / 1e9:.2f} GB per "
                f"rank-step, {ms(comm)} of comm of which {ms(exposed)} runs with no compute beside it — the sync "
-               "happens after the backward instead of during it.",
+               "happens after the backward instead of during it."
+               + (" On this CPU run the sync and the backward would share the same cores: overlapping them is "
+                  "not estimated to save time here." if c.cpu else ""),
         action="overlap the gradient sync with the backward: DDP's default bucketing (do not call the all-reduce "
                "yourself after backward; try bucket_cap_mb 25-100, gradient_as_bucket_view=True), FSDP with "
                "backward_prefetch=BACKWARD_PRE, Megatron --overlap-grad-reduce; with gradient accumulation sync "
                "only on the last micro-batch (no_sync)",
         saving_ns_per_step=round(saving),
-        saving_model=f"what-if overlap:dp: {whatif.MODEL}; the dp calls run during the backward (2/3 of the "
-                     "step's compute), call k of K ready at k/K of it, one after another; the rest stays exposed",
+        saving_model=CPU_NOT_ESTIMATED if c.cpu else
+        f"what-if overlap:dp: {whatif.MODEL}; the dp calls run during the backward (2/3 of the "
+        "step's compute), call k of K ready at k/K of it, one after another; the rest stays exposed",
         pgs=tuple(sorted(set(dp["pg"].to_list())))[:16], dimension="dp",
         tier=str(dp["tier"][0]) if dp.height else None, steps=steps_of(dp),
         numbers={"comm_ns_per_step": comm, "exposed_ns_per_step": exposed, "overlapped_ns_per_step": overlapped,
@@ -263,16 +282,19 @@ def rule_dp_sync_exposed(c: Ctx) -> list[Finding]:
 RULES = (rule_straggler, rule_front_dim_across_nodes, rule_dp_sync_exposed)
 
 
-def find(a: Analysis) -> tuple[list[Finding], bool]:
-    """Every rule's findings, and whether they could be computed (a run with no analyzed step cannot be
-    judged)."""
+def find(a: Analysis) -> tuple[list[Finding], bool, list[str]]:
+    """Every rule's findings, whether they could be computed (a run with no analyzed step cannot be
+    judged), and the warnings of rules that could not run."""
+    from commprof.analyzers.findings_latency import rule_small_messages_without_peak
+    from commprof.analyzers.findings_layout import rule_group_larger_than_node
     from commprof.analyzers.findings_setup import SETUP_RULES
     from commprof.analyzers.findings_traffic import TRAFFIC_RULES
 
     if a.steps.height == 0:
-        return [], False
+        return [], False, []
     c = Ctx(a)
     found: list[Finding] = []
-    for rule in (*RULES, *TRAFFIC_RULES, *SETUP_RULES):
+    for rule in (*RULES, rule_group_larger_than_node, *TRAFFIC_RULES, rule_small_messages_without_peak,
+                 *SETUP_RULES):
         found.extend(rule(c))
-    return found, True
+    return found, True, c.warnings

@@ -24,6 +24,10 @@ from commprof.analyzers.findings_rules import (
 )
 from commprof.vocab import UNKNOWN
 
+A2A_CPU_NOT_ESTIMATED = ("not estimated on a CPU run: every member's copies run on the same cores, so a balanced "
+                         "split moves the work between ranks instead of removing it (measured: balancing bought "
+                         "nothing on 2 cores); on GPUs each call is taken at the mean member's bytes")
+
 # ------------------------------------------------------------------------------------ small messages
 
 def rule_small_messages(c: Ctx) -> list[Finding]:
@@ -131,17 +135,21 @@ def rule_alltoall_imbalance(c: Ctx) -> list[Finding]:
         exposed = float(part["exposed_ns"].sum()) / c.rank_steps
         if ratio < A2A_IMBALANCE or c.noise(saving):
             continue
+        if c.cpu:  # the members' copies share the host's cores: balancing moves the work, it does not remove it
+            saving = 0.0
         hot = part.group_by("_hot").len().sort("len", descending=True)["_hot"].to_list()
         out.append(Finding(
-            id="alltoall_imbalance", key=f"alltoall_imbalance:{dim}", severity=severity(saving, c.step_ns),
+            id="alltoall_imbalance", key=f"alltoall_imbalance:{dim}",
+            severity="info" if c.cpu else severity(saving, c.step_ns),  # CPU: no measurable A/B cost
             title=f"{dim} all-to-all is imbalanced: the largest member moves {ratio:.2f}x the mean",
             detail=f"every member waits for the largest split; rank(s) {', '.join(map(str, hot[:4]))} carry it "
                    f"most often; the all-to-alls of {len(pgs)} group(s) expose {ms(exposed)} per step.",
             action="balance the expert load: auxiliary load-balancing loss, capacity factor / token dropping, "
                    "expert-choice routing, or more experts per EP rank",
             saving_ns_per_step=round(min(saving, exposed)),
-            saving_model="each call at the mean member's bytes instead of the largest (alpha-beta: the latency "
-                         "part stays), capped at its exposed time",
+            saving_model=A2A_CPU_NOT_ESTIMATED if c.cpu else
+            "each call at the mean member's bytes instead of the largest (alpha-beta: the latency part stays), "
+            "capped at its exposed time",
             ranks=tuple(int(h) for h in hot[:8]), pgs=pgs[:16], dimension=str(dim),
             tier=str(part["tier"][0]), steps=steps_of(part),
             numbers={"max_over_mean": ratio, "exposed_ns_per_step": exposed}))
@@ -231,23 +239,34 @@ def _port_note(c: Ctx, hosts: list[str]) -> str:
 # ------------------------------------------------------------------------------------------ host sync
 
 def rule_host_sync(c: Ctx) -> list[Finding]:
+    """Barriers flagged by what they cost (their exposed time above noise), whatever share of the exposed
+    communication that is. A barrier's wait for late ranks is not its cost: removed, the late ranks are
+    waited for at the next collective instead; what removing it saves is its own part, the exposed time
+    after the last rank arrived (the barrier's latency, plus the host-side sync around it)."""
     barrier = c.calls.filter(pl.col("op") == "barrier")
     if barrier.height == 0:
         return []
     exposed = float(barrier["exposed_ns"].sum()) / c.rank_steps
+    wait = float(barrier["exposed_wait_ns"].fill_null(0.0).sum()) / c.rank_steps
+    own = max(0.0, exposed - wait)
     total = float(c.a.totals.get("exposed_comm_ns") or 0)
-    if total <= 0 or exposed < 0.25 * total or c.noise(exposed):
+    if total <= 0 or c.noise(exposed):
         return []
     return [Finding(
-        id="host_sync", key="host_sync:barrier", severity=severity(exposed, c.step_ns),
-        title=f"barriers take {pct(exposed, total)} of the exposed communication ({ms(exposed)} per step)",
+        id="host_sync", key="host_sync:barrier", severity=severity(own, c.step_ns),
+        title=f"barriers expose {ms(exposed)} per step ({pct(exposed, c.step_ns)} of the step), "
+              f"{ms(own)} of it their own latency",
         detail=f"{barrier.height / c.rank_steps:.1f} barrier calls per rank-step; a barrier does no useful "
-               "transfer, its time is ranks waiting for each other.",
+               f"transfer: {ms(wait)} of its exposed time per step is waiting for the last rank to arrive, "
+               f"which moves to the next collective when the barrier goes, and {ms(own)} is the barrier itself.",
         action="remove barriers from the training loop (torch.distributed.barrier, logging or checkpoint "
                "syncs every step); synchronise only where needed, e.g. before a checkpoint",
-        saving_ns_per_step=round(exposed), saving_model="the barriers' exposed time per step",
+        saving_ns_per_step=round(own),
+        saving_model="the barriers' exposed time after their last rank arrived (their own latency); their wait "
+                     "for late ranks is not counted: without the barrier it is spent at the next collective",
         pgs=tuple(sorted(set(barrier["pg"].to_list())))[:16], steps=steps_of(barrier),
-        numbers={"exposed_ns_per_step": exposed, "share_of_exposed": exposed / total})]
+        numbers={"exposed_ns_per_step": exposed, "exposed_wait_ns_per_step": wait,
+                 "share_of_exposed": exposed / total, "share_of_step": exposed / c.step_ns if c.step_ns else 0.0})]
 
 
 TRAFFIC_RULES = (rule_small_messages, rule_pipeline_bubble, rule_alltoall_imbalance, rule_link_efficiency,

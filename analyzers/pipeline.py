@@ -280,9 +280,10 @@ def step_findings(analysis: Analysis) -> Analysis:
     from commprof.analyzers.exposed import exposed_note
     from commprof.analyzers.findings_rules import Ctx, find
 
-    found, computed = find(analysis)
+    found, computed, notes = find(analysis)
     note = exposed_note(Ctx(analysis), found) if computed else None
-    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed, exposed_note=note)
+    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed, exposed_note=note,
+                       warnings=(*analysis.warnings, *notes))
     if not analysis.settings.what_if:
         return analysis
     changes = [whatif.parse_change(t) for t in analysis.settings.what_if]

@@ -5,7 +5,10 @@ Changes (``commprof analyze RUN --what-if X``, several combine):
 * ``ib=25`` — a tier's bandwidth, GB/s per GPU and direction (the unit of busbw);
 * ``tp:nvlink`` — a dimension's groups moved onto another tier;
 * ``overlap:dp`` — a dimension's sync overlapped with the backward;
-* ``straggler:off`` — the late ranks the straggler findings name arrive on time.
+* ``straggler:off`` — the late ranks the straggler findings name arrive on time;
+* ``layout:tp=4,dp=2`` — another layout at the same world size (analyzers/whatif_layout.py).
+
+A change that cannot happen (a group larger than a node moved onto NVLink) is a UsageError.
 
 The model keeps every rank's compute as measured and changes only communication:
 
@@ -60,11 +63,21 @@ class Change:
     gbps: float | None = None
     dimension: str | None = None
     from_tier: str | None = None
+    sizes: tuple[tuple[str, int], ...] = ()  # layout: the new size per dimension
+    order: tuple[str, ...] = ()  # layout: its rank order (Megatron's when empty)
 
 
 def parse_change(text: str) -> Change:
-    """One ``--what-if`` value; UsageError naming the value when it is not one of the four forms."""
+    """One ``--what-if`` value; UsageError naming the value when it is not one of the five forms."""
     t = text.strip().lower()
+    if t.startswith("layout:"):
+        from commprof.analyzers.classify import parse_layout
+
+        try:
+            layout = parse_layout(t.removeprefix("layout:"))
+        except UsageError as err:
+            raise UsageError(f"--what-if {text}: {str(err).removeprefix('--layout: ')}") from None
+        return Change(text, "layout", sizes=tuple(layout.sizes.items()), order=layout.order)
     if t in ("straggler:off", "stragglers:off"):
         return Change(text, "straggler")
     m = re.fullmatch(r"overlap:(\w+)", t)
@@ -89,7 +102,7 @@ def parse_change(text: str) -> Change:
             raise UsageError(f"--what-if {text}: {tier!r} is not a tier ({', '.join(LATENCY_US)})")
         return Change(text, "move", tier=tier, dimension=dim)
     raise UsageError(f"--what-if {text!r}: expected TIER=GB/s (ib=25), DIM:TIER (tp:nvlink), overlap:DIM "
-                     "(overlap:dp) or straggler:off")
+                     "(overlap:dp), straggler:off or layout:DIM=N,... (layout:tp=4,dp=2)")
 
 
 @dataclass(frozen=True)
@@ -293,6 +306,16 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
     """The what-if estimate for ``changes`` (see the module doc). ``straggler_saving_ns``: per straggler
     rank, its lateness per step (from the straggler findings), for ``straggler:off``; ``pg_peaks``: a
     process group's bandwidth (GB/s) in place of its tier's (the link-efficiency finding)."""
+    from commprof.analyzers import whatif_layout
+
+    layouts = [c for c in changes if c.kind == "layout"]
+    if layouts:
+        if len(changes) > 1:
+            raise UsageError(f"--what-if {layouts[0].text}: a layout what-if cannot be combined with other changes")
+        result: WhatIf = whatif_layout.estimate_layout(a, layouts[0])
+        return result
+    for c in changes:
+        whatif_layout.check_move(a, c)
     warnings: list[str] = []
     calls = a.collectives.filter(pl.col("step").is_not_null())
     tier_after, peak_after = pl.col("tier"), pl.col("peak_gbps")
@@ -325,16 +348,30 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
     pgs = exposure_after(a, calls, overlap)
     notes: list[str] = []
     pgs = _through_the_pipeline(a, calls, pgs, notes)
-    per_rank_step = pgs.group_by("rank", "step").agg(
-        (pl.col("exposed_ns") - pl.col("exposed_after_ns")).sum().alias("_saved"))
-    steps = a.steps.join(per_rank_step, on=["rank", "step"], how="left").with_columns(
-        pl.col("_saved").fill_null(0.0),
-        (pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64).alias("_step"))
     late = 0.0
     if any(c.kind == "straggler" for c in changes):
         late = float(sum((straggler_saving_ns or {}).values()))
         if not straggler_saving_ns:
             warnings.append("straggler:off: no straggler finding in this run; nothing changes")
+    method = MODEL
+    if overlap:
+        method += (f"; overlap of {', '.join(sorted(overlap))}: its calls run during the backward (2/3 of the "
+                   "step's compute), ready evenly through it")
+    if straggler_saving_ns and any(c.kind == "straggler" for c in changes):
+        method += "; straggler lateness removed"
+    method += "".join(f"; {n}" for n in notes)
+    return summarize(a, pgs, tuple(c.text for c in changes), method, warnings, late)
+
+
+def summarize(a: Analysis, pgs: pl.DataFrame, texts: tuple[str, ...], method: str, warnings: list[str],
+              late: float = 0.0) -> WhatIf:
+    """The estimate from the per (rank, step, pg) exposure before and after, ``late`` ns of lateness taken
+    off every rank-step (straggler:off): step after = step - the exposed time saved, per rank."""
+    per_rank_step = pgs.group_by("rank", "step").agg(
+        (pl.col("exposed_ns") - pl.col("exposed_after_ns")).sum().alias("_saved"))
+    steps = a.steps.join(per_rank_step, on=["rank", "step"], how="left").with_columns(
+        pl.col("_saved").fill_null(0.0),
+        (pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64).alias("_step"))
     exposed = pl.col("exposed_comm_ns").cast(pl.Float64)
     wait_saved = pl.min_horizontal(pl.lit(late), pl.col("exposed_wait_ns").cast(pl.Float64))
     ranks = (steps.with_columns((pl.col("_step") - pl.col("_saved") - late).alias("_after"),
@@ -353,14 +390,7 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
                                             (pl.col("exposed_after_ns").sum() / rank_steps)
                                             .alias("exposed_ns_per_step_after"))
               .sort("exposed_ns_per_step", descending=True))
-    method = MODEL
-    if overlap:
-        method += (f"; overlap of {', '.join(sorted(overlap))}: its calls run during the backward (2/3 of the "
-                   "step's compute), ready evenly through it")
-    if straggler_saving_ns and any(c.kind == "straggler" for c in changes):
-        method += "; straggler lateness removed"
-    method += "".join(f"; {n}" for n in notes)
-    return WhatIf(tuple(c.text for c in changes), ranks, totals, by_dim, method, tuple(warnings))
+    return WhatIf(texts, ranks, totals, by_dim, method, tuple(warnings))
 
 
 def _warn_unmatched(calls: pl.DataFrame, changes: list[Change], warnings: list[str]) -> None:

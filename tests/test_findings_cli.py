@@ -98,6 +98,25 @@ def test_bad_what_if_is_one_line_exit_2(cli: Cli, runs: dict[str, Path], value: 
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_a_what_if_that_cannot_happen_or_be_estimated_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """tp=8 on two nodes of 4: tp cannot move onto NVLink, and tp=4,dp=2 has no dp traffic to scale from;
+    each refusal is one line, exit 2, with the reason."""
+    run = tmp_path / "tp8"
+    generate(SynthConfig(nodes=2, gpus_per_node=4, sizes={"tp": 8}, steps=2, micro_batches=2, layers=2, seed=1),
+             run, compresslevel=1)
+    for value, reason in (("tp:nvlink", "cannot happen: tp groups have 8 ranks and a node has 4"),
+                          ("layout:tp=4,dp=2", "cannot be estimated from this run: it has no dp traffic"),
+                          ("layout:tp=4", "tp=4 is 4 ranks, the run has 8")):
+        result = cli("analyze", str(run), "--what-if", value)
+        assert result.exit_code == 2, (value, result.output)
+        assert reason in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert cli("analyze", str(run), "--what-if", "tp:ib").exit_code == 0  # onto the network: it can happen
+    bad = cli("analyze", str(run), "--what-if", "layout:tp=4,xx=2")
+    assert bad.exit_code == 2 and "unknown dimension 'xx'" in bad.stderr
+    gate = cli("check", str(run), "--fail-on-findings", "medium", "--format", "json")
+    assert gate.exit_code == 1 and "group_larger_than_node" in gate.stdout
+
+
 def test_a_what_if_that_touches_nothing_says_so(cli: Cli, runs: dict[str, Path]) -> None:
     doc = json.loads(cli("analyze", str(runs["good"]), "--what-if", "cp:nvlink", "--what-if", "roce=10",
                          "--format", "json").stdout)

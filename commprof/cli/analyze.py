@@ -42,7 +42,12 @@ from commprof.cli.common import (
                    "(defaults follow the GPU and the NIC speed in the NCCL log).")
 @click.option("--what-if", "what_if", multiple=True, metavar="CHANGE",
               help="Estimate step time after a change, keeping compute as measured: TIER=GB/s (ib=25), "
-                   "DIM:TIER (tp:nvlink), overlap:DIM (overlap:dp) or straggler:off; repeat to combine.")
+                   "DIM:TIER (tp:nvlink), overlap:DIM (overlap:dp) or straggler:off; repeat to combine. "
+                   "layout:DIM=N,... (layout:tp=4,dp=2, alone) lays the run out anew at the same world size: "
+                   "each dimension's bytes re-derived from the measured calls (activations per rank for "
+                   "tp/pp/cp/ep, parameters per rank for dp), groups placed Megatron-style on the nodes, "
+                   "compute per rank kept. A change that cannot happen (a group larger than a node onto "
+                   "NVLink) or cannot be estimated from the run is refused (exit 2).")
 @runner_options
 @allow_partial_option
 @output_options

@@ -25,8 +25,8 @@ from commprof.synth.kineto import mark_bounds, time_base
 I64 = npt.NDArray[np.int64]
 PARTS = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
 # the ids of analyzers/findings.py FINDING_IDS that a synthetic fault injects
-FINDING_IDS = ("straggler", "tp_across_nodes", "dp_sync_exposed", "link_efficiency", "nccl_socket_fallback",
-               "pipeline_bubble", "alltoall_imbalance", "desync", "nccl_gdr_disabled", "nccl_p2p_disabled",
+FINDING_IDS = ("straggler", "tp_across_nodes", "group_larger_than_node", "dp_sync_exposed", "link_efficiency",
+               "nccl_socket_fallback", "pipeline_bubble", "alltoall_imbalance", "desync", "nccl_gdr_disabled", "nccl_p2p_disabled",
                "nvls_unavailable")
 
 
@@ -126,8 +126,9 @@ def findings(cfg: SynthConfig, groups: list[Group]) -> dict[str, Any]:
     if cfg.straggler is not None:
         expected.append({"id": "straggler", "subject": {"rank": cfg.straggler}})
     bad_tp = [g.name for g in groups if g.dim == "tp" and len(g.hosts) > 1]
-    if bad_tp:
-        expected.append({"id": "tp_across_nodes", "subject": {"dimension": "tp", "groups": bad_tp}})
+    if bad_tp:  # a group larger than a node cannot be swapped inside one: another layout is the fix
+        kind = "group_larger_than_node" if cfg.size("tp") > cfg.gpus_per_node else "tp_across_nodes"
+        expected.append({"id": kind, "subject": {"dimension": "tp", "groups": bad_tp}})
     if cfg.size("dp") > 1 and not cfg.dp_overlap:
         expected.append({"id": "dp_sync_exposed", "subject": {"dimension": "dp"}})
     if cfg.slow_link is not None:

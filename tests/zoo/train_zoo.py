@@ -118,8 +118,10 @@ def megatron_mlp(hidden: int, layers: int, tp_group: Any) -> Any:
             self.norm = nn.LayerNorm(hidden)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            h = torch.relu(self.col(CopyToTP.apply(x)))
-            return self.norm(x + ReduceFromTP.apply(self.row(h)))
+            h = torch.relu(self.col(CopyToTP.apply(x)))  # type: ignore[no-untyped-call]
+            reduced: torch.Tensor = ReduceFromTP.apply(self.row(h))  # type: ignore[no-untyped-call]
+            out: torch.Tensor = self.norm(x + reduced)
+            return out
 
     model = nn.Sequential(*[Block() for _ in range(layers // 2)])
     return model, state
@@ -132,11 +134,12 @@ def flat_all_reduce(params: list[Any], group: Any) -> None:
     from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
     grads = [p.grad for p in params]
-    flat = _flatten_dense_tensors(grads)
+    flat = _flatten_dense_tensors(grads)  # type: ignore[no-untyped-call]
     dist.all_reduce(flat, group=group)
     flat /= dist.get_world_size(group)
     with torch.no_grad():
-        for g, new in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+        new_grads = _unflatten_dense_tensors(flat, grads)  # type: ignore[no-untyped-call]
+        for g, new in zip(grads, new_grads, strict=True):
             g.copy_(new)
 
 
@@ -200,6 +203,7 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
     fault = args.fault
     torch.manual_seed(1234)  # same weights on every rank (DDP would broadcast them anyway)
     tp_state: dict[str, bool] = {}
+    dp_group: Any
     if fault == "tp_megatron":
         from torch.distributed.device_mesh import init_device_mesh
 

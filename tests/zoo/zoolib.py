@@ -63,8 +63,9 @@ EXPECT: dict[str, Expect] = {e.fault: e for e in (
            note="one all-reduce per gradient: small messages on dp; A/B twin: one flat all-reduce"),
     Expect("dp_after_backward", kinds=("dp_sync_exposed",), dimension="dp",
            note="DP sync after the backward: dp_sync_exposed; A/B twin: DDP (on 2 cores overlap buys little)"),
-    Expect("uneven_alltoall", kinds=("alltoall_imbalance",), rank=1, dimension="ep",
-           note="rank 1 receives 70 % of the tokens: all-to-all imbalance on the ep group naming rank 1"),
+    Expect("uneven_alltoall", kinds=("alltoall_imbalance",), rank=1, group=WORLD,
+           note="rank 1 receives 70 % of the tokens: all-to-all imbalance on the expert group (all 4 ranks) "
+                "naming rank 1"),
     Expect("mismatch", kinds=("desync",), rank=3, group=WORLD, saving_from=None,
            note="rank 3 broadcasts into a buffer twice the root's: desync naming rank 3 (no time saving)"),
     Expect("tp_megatron", quiet=True, saving_from="dim:tp", max_hidden_pct=("tp", 10.0),
@@ -130,7 +131,7 @@ def ab_cost_ms(stamps_dir: Path) -> float:
         per_rank.append((statistics.median(times.values()), statistics.median(odd) - statistics.median(even)))
     if not per_rank:
         raise RuntimeError(f"no stamps in {stamps_dir}")
-    return max(per_rank)[1]
+    return float(max(per_rank)[1])
 
 
 @dataclass
@@ -142,6 +143,7 @@ class Verdict:
     estimate_model: str
     problems: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)  # every finding, "id severity saving ms ranks pgs"
+    others: list[str] = field(default_factory=list)  # on a fault case: findings above info of other kinds
 
     @property
     def ok(self) -> bool:
@@ -190,6 +192,7 @@ def judge(fault: str, report: dict[str, Any]) -> Verdict:
         v.named = not loud
     else:
         kinds = [f for f in findings if f["id"] in e.kinds]
+        v.others = [f"{f['id']} {f['severity']}" for f in loud if f["id"] not in e.kinds]
         naming = [f for f in kinds if not _names_it(f, e, report)]
         v.named = bool(naming)
         if not kinds:

@@ -79,7 +79,7 @@ def table(rows: list[dict[str, Any]], ab: dict[str, list[float]]) -> str:
         costs = ab.get(fault, [])
         model = next((r["estimate_model"] for r in mine if r["estimate_model"]), "")
         verdict = zoolib.saving_verdict(est, model, costs) if costs else (
-            "not estimated" if e.saving_from is None else "no A/B")
+            "-" if e.quiet else f"not estimated ({model})" if model else "no finding")
         ratio = f"{est / statistics.median(costs):.2f}" if est is not None and costs and statistics.median(
             costs) > 0 else "-"
         lines.append(f"| {fault} | {'/'.join(e.kinds) or 'quiet'} | {named}/{len(mine)} | "
@@ -107,7 +107,7 @@ def main() -> None:
     if args.reanalyze:
         out = args.reanalyze
         old = json.loads((out / "results.json").read_text())
-        ab = old["ab_ms"]
+        ab = {f: [zoolib.ab_cost_ms(d) for d in sorted((out / "ab").glob(f"{f}-*"))] for f in old["ab_ms"]}
         rows = [judge_dir(Path(r["run_dir"]), r["fault"], r["rep"]) for r in old["rows"] if r["fault"] in faults]
     else:
         out = args.out

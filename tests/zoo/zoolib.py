@@ -121,17 +121,22 @@ def ab_job(stamps_dir: Path, fault: str, *, steps: int = 40, train_args: tuple[s
 
 
 def ab_cost_ms(stamps_dir: Path) -> float:
-    """median(odd) - median(even) iteration wall time on the slowest rank (largest median iteration)."""
-    per_rank = []
-    for path in sorted(stamps_dir.glob("rank-*.json")):
-        stamps = json.loads(path.read_text())["stamps_ns"]
-        times = {i: (stamps[i] - stamps[i - 1]) / 1e6 for i in range(max(1, WARMUP_ITERS), len(stamps))}
-        odd = [t for i, t in times.items() if i % 2 == 1]
-        even = [t for i, t in times.items() if i % 2 == 0]
-        per_rank.append((statistics.median(times.values()), statistics.median(odd) - statistics.median(even)))
-    if not per_rank:
-        raise RuntimeError(f"no stamps in {stamps_dir}")
-    return float(max(per_rank)[1])
+    """median(odd) - median(even) iteration wall time of the job: an iteration ends when its slowest rank
+    ends its optimizer step (perf_counter_ns is the host's monotonic clock, the same in every rank)."""
+    times = iteration_ms(stamps_dir)
+    odd = [t for i, t in times.items() if i % 2 == 1]
+    even = [t for i, t in times.items() if i % 2 == 0]
+    return statistics.median(odd) - statistics.median(even)
+
+
+def iteration_ms(stamps_dir: Path) -> dict[int, float]:
+    """Iteration i's wall time (ms), from the latest rank's end of step i-1 to the latest's end of step i;
+    the first WARMUP_ITERS iterations dropped."""
+    ranks = [json.loads(p.read_text())["stamps_ns"] for p in sorted(stamps_dir.glob("rank-*.json"))]
+    if not ranks or len({len(s) for s in ranks}) != 1:
+        raise RuntimeError(f"no stamps, or ranks with different step counts, in {stamps_dir}")
+    ends = [max(s[i] for s in ranks) for i in range(len(ranks[0]))]
+    return {i: (ends[i] - ends[i - 1]) / 1e6 for i in range(max(1, WARMUP_ITERS), len(ends))}
 
 
 @dataclass
@@ -199,11 +204,11 @@ def judge(fault: str, report: dict[str, Any]) -> Verdict:
             v.problems.append(f"no {'/'.join(e.kinds)} finding")
         elif not naming:
             v.problems.extend(f"{f['id']}: {m}" for f in kinds for m in _names_it(f, e, report))
-        if naming and e.saving_from == "finding":
+        if naming:
             best = max(naming, key=lambda f: f.get("saving_ns_per_step", 0))
             v.estimate_model = str(best.get("saving_model", ""))
-            v.estimate_ms = None if any(n in v.estimate_model for n in NOT_ESTIMATED) else (
-                best.get("saving_ns_per_step", 0) / 1e6)
+            estimated = e.saving_from == "finding" and not any(n in v.estimate_model for n in NOT_ESTIMATED)
+            v.estimate_ms = best.get("saving_ns_per_step", 0) / 1e6 if estimated else None
     if e.saving_from and e.saving_from.startswith("dim:"):
         dim = _dimension(report, e.saving_from[4:])
         v.estimate_model = f"{e.saving_from[4:]} exposed per step"
@@ -224,7 +229,7 @@ def judge(fault: str, report: dict[str, Any]) -> Verdict:
 def saving_verdict(estimate_ms: float | None, model: str, costs_ms: list[float]) -> str:
     """The estimate against the A/B costs: 'ok', 'not estimated (...)', 'outside band', or 'not measurable'."""
     if estimate_ms is None:
-        return f"not estimated ({model})" if model else "no estimate"
+        return f"not estimated ({model})" if model else "no estimate (no finding)"
     cost = statistics.median(costs_ms)
     spread = max(costs_ms) - min(costs_ms)
     if cost <= 0 or spread > cost:

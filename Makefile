@@ -35,7 +35,7 @@ test: lint pytest
 
 # the fault zoo: every fault of tests/zoo/train_zoo.py and its clean twins recorded 3 times on 4 Gloo ranks, each
 # fault's cost by A/B inside one job twice, the calibration table printed and written to ZOO_OUT/calibration.md
-# (about 25 min on 2 cores). ZOO_ARGS="--reps 1 --faults slow_rank,clean"; --reanalyze DIR re-judges old recordings.
+# (about 35 min on 2 cores). ZOO_ARGS="--reps 1 --faults slow_rank,clean"; --reanalyze DIR re-judges old recordings.
 ZOO_OUT ?= runs/zoo-$(shell date -u +%Y%m%d-%H%M%S)
 zoo: $(STAMP)
 	$(BIN)/python tests/zoo/zoo.py --out $(ZOO_OUT) $(ZOO_ARGS)

@@ -26,10 +26,12 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--ab-runs", type=int, default=2)
-    p.add_argument("--ab-steps", type=int, default=60)
+    p.add_argument("--ab-steps", type=int, default=120)
     p.add_argument("--faults", default=",".join(zoolib.EXPECT), help="comma-separated cases (default: all)")
     p.add_argument("--out", type=Path, default=Path("runs") / time.strftime("zoo-%Y%m%d-%H%M%S", time.gmtime()))
     p.add_argument("--reanalyze", type=Path, help="judge the recordings of an earlier zoo folder again")
+    p.add_argument("--ab-from", type=Path, action="append", default=[],
+                   help="with --reanalyze: A/B stamps from these zoo folders' ab/ instead (repeatable)")
     return p.parse_args()
 
 
@@ -107,7 +109,8 @@ def main() -> None:
     if args.reanalyze:
         out = args.reanalyze
         old = json.loads((out / "results.json").read_text())
-        ab = {f: [zoolib.ab_cost_ms(d) for d in sorted((out / "ab").glob(f"{f}-*"))] for f in old["ab_ms"]}
+        ab_dirs = [d / "ab" for d in args.ab_from] or [out / "ab"]
+        ab = {f: [zoolib.ab_cost_ms(d) for a in ab_dirs for d in sorted(a.glob(f"{f}-*"))] for f in old["ab_ms"]}
         rows = [judge_dir(Path(r["run_dir"]), r["fault"], r["rep"]) for r in old["rows"] if r["fault"] in faults]
     else:
         out = args.out

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest bench bench-dashboard install clean bench-record bench-synth bench-scale fuzz
+.PHONY: demo test lint pytest zoo bench bench-dashboard install clean bench-record bench-synth bench-scale fuzz
 
 $(STAMP): pyproject.toml tools/setup_venv.py
 	@# torch: the one $(PYTHON) has, else a wheel on this machine, else the CPU-only build (never PyPI's
@@ -32,6 +32,13 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
+
+# the fault zoo: every fault of tests/zoo/train_zoo.py and its clean twins recorded 3 times on 4 Gloo ranks, each
+# fault's cost by A/B inside one job twice, the calibration table printed and written to ZOO_OUT/calibration.md
+# (about 35 min on 2 cores). ZOO_ARGS="--reps 1 --faults slow_rank,clean"; --reanalyze DIR re-judges old recordings.
+ZOO_OUT ?= runs/zoo-$(shell date -u +%Y%m%d-%H%M%S)
+zoo: $(STAMP)
+	$(BIN)/python tests/zoo/zoo.py --out $(ZOO_OUT) $(ZOO_ARGS)
 
 # hostile input, thousands of cases: mutated traces, NCCL logs, reports, configs (make test runs a small budget)
 fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --seed 1"

@@ -1,0 +1,263 @@
+"""The fault zoo's training job: 4 ranks, Gloo on CPU, one switch per fault as users make them.
+
+    torchrun --nproc-per-node 4 tests/zoo/train_zoo.py --fault slow_rank [--ab] [--stamps DIR]
+
+The model is an MLP of ``--layers`` blocks (Linear + LayerNorm + ReLU, hidden ``--hidden``) trained with
+DDP over the data-parallel group (the world, or dp=2 beside tp=2 for ``tp_megatron``); a step is about
+100-300 ms on 2 cores. ``--fault`` picks what goes wrong (see FAULTS). ``--ab`` applies it on odd
+iterations only (every rank decides from the same iteration number, so the groups stay in step) and runs
+the clean configuration on even ones: the fault's cost per step is then median(odd) - median(even) of the
+iteration wall times in ``--stamps DIR/rank-R.json`` (``time.perf_counter_ns()`` at the end of every
+optimizer step). For ``tp_megatron`` and ``ddp_async``, both clean configurations, the odd iterations
+run their communication and the even ones skip it: the A/B then measures what that communication costs.
+
+This script imports only the standard library and torch (it runs inside every rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+FAULTS = {
+    "clean": "DDP over the world, several buckets overlapped with the backward",
+    "clean_alltoall": "clean plus an MoE-style dispatch/combine all_to_all with even splits",
+    "slow_rank": "rank SLOW_RANK does ~30 ms extra compute per step before its collectives",
+    "barrier": "a world dist.barrier() every step",
+    "small_grads": "gradients all-reduced one tensor at a time after the backward instead of DDP's buckets",
+    "dp_after_backward": "one all-reduce of all gradients after the backward instead of DDP's overlapped buckets",
+    "uneven_alltoall": "the dispatch/combine all_to_all with uneven splits: rank HOT_RANK receives most tokens",
+    "mismatch": "a world broadcast where rank MISMATCH_RANK receives into a buffer twice the root's size",
+    "tp_megatron": "tp=2 x dp=2: Megatron MLP blocks, TP all-reduce inside a torch.autograd.Function",
+    "ddp_async": "DDP with many small buckets: async bucket all-reduces on Gloo's worker threads",
+}
+SLOW_RANK = 2
+SLOW_S = 0.030
+HOT_RANK = 1
+HOT_SHARE = 0.7  # of every rank's tokens go to HOT_RANK in uneven_alltoall
+MISMATCH_RANK = 3
+BROADCAST_NUMEL = 64 * 1024
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fault", choices=sorted(FAULTS), default="clean")
+    p.add_argument("--ab", action="store_true", help="apply the fault on odd iterations only")
+    p.add_argument("--stamps", type=Path, help="write each rank's end-of-step perf_counter_ns to DIR/rank-R.json")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--a2a-mb", type=float, default=4.0, help="MiB each rank sends in each all_to_all")
+    return p.parse_args()
+
+
+def busy(seconds: float) -> None:
+    """Compute (not sleep) for about ``seconds``: a rank that is slow because it has more work."""
+    import torch
+
+    a = torch.randn(128, 128)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        torch.mm(a, a)
+
+
+def mlp(hidden: int, layers: int) -> Any:
+    from torch import nn
+
+    blocks: list[nn.Module] = []
+    for _ in range(layers):
+        blocks += [nn.Linear(hidden, hidden), nn.LayerNorm(hidden), nn.ReLU()]
+    return nn.Sequential(*blocks)
+
+
+def megatron_mlp(hidden: int, layers: int, tp_group: Any) -> Any:
+    """Megatron-LM's tensor-parallel MLP: f (identity forward, all-reduce backward) -> column-parallel
+    Linear -> ReLU -> row-parallel Linear -> g (all-reduce forward, identity backward)."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    tp = dist.get_world_size(tp_group)
+    state = {"comm": True}  # the A/B switch: off on even iterations
+
+    class CopyToTP(torch.autograd.Function):  # Megatron's _CopyToModelParallelRegion
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            grad = grad.contiguous()
+            if state["comm"]:
+                dist.all_reduce(grad, group=tp_group)
+            return grad
+
+    class ReduceFromTP(torch.autograd.Function):  # Megatron's _ReduceFromModelParallelRegion
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            x = x.contiguous()
+            if state["comm"]:
+                dist.all_reduce(x, group=tp_group)
+            return x
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.col = nn.Linear(hidden, 2 * hidden // tp)
+            self.row = nn.Linear(2 * hidden // tp, hidden, bias=False)
+            self.norm = nn.LayerNorm(hidden)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.col(CopyToTP.apply(x)))  # type: ignore[no-untyped-call]
+            reduced: torch.Tensor = ReduceFromTP.apply(self.row(h))  # type: ignore[no-untyped-call]
+            out: torch.Tensor = self.norm(x + reduced)
+            return out
+
+    model = nn.Sequential(*[Block() for _ in range(layers // 2)])
+    return model, state
+
+
+def flat_all_reduce(params: list[Any], group: Any) -> None:
+    """One all-reduce of every gradient, flattened, after the backward (DP sync not overlapped)."""
+    import torch
+    import torch.distributed as dist
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    grads = [p.grad for p in params]
+    flat = _flatten_dense_tensors(grads)  # type: ignore[no-untyped-call]
+    dist.all_reduce(flat, group=group)
+    flat /= dist.get_world_size(group)
+    with torch.no_grad():
+        new_grads = _unflatten_dense_tensors(flat, grads)  # type: ignore[no-untyped-call]
+        for g, new in zip(grads, new_grads, strict=True):
+            g.copy_(new)
+
+
+def tensor_all_reduce(params: list[Any], group: Any) -> None:
+    """Every gradient on its own, one small all-reduce after another (what a hand-written DP loop does)."""
+    import torch.distributed as dist
+
+    for p in params:
+        dist.all_reduce(p.grad, group=group)
+        p.grad /= dist.get_world_size(group)
+
+
+def all_to_all(tokens: Any, fault_on: bool, group: Any) -> Any:
+    """MoE dispatch then combine over the world. Uneven: HOT_RANK receives HOT_SHARE of every rank's
+    tokens (and sends them back in the combine); the same total bytes either way."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    n = tokens.numel()
+    if fault_on:
+        cold = int(n * (1 - HOT_SHARE)) // (world - 1)
+        splits = [n - cold * (world - 1) if dst == HOT_RANK else cold for dst in range(world)]
+    else:
+        splits = [n // world] * world
+        splits[-1] += n - sum(splits)
+    sizes = torch.tensor(splits)
+    gathered = torch.empty(world * world, dtype=torch.int64)
+    dist.all_gather_into_tensor(gathered, sizes, group=group)  # what each rank sends to each (MoE routing metadata)
+    recv_splits = [int(gathered[src * world + rank]) for src in range(world)]
+    routed = torch.empty(sum(recv_splits))
+    dist.all_to_all_single(routed, tokens, recv_splits, splits, group=group)
+    routed = routed * 1.0001  # "expert" compute
+    back = torch.empty(n)
+    dist.all_to_all_single(back, routed, splits, recv_splits, group=group)
+    return back
+
+
+def grad_sync(fault: str, on: bool, ab: bool) -> str:
+    """How this iteration's gradients are synchronised: "ddp" (DDP's buckets during the backward), "flat"
+    (one all-reduce after it), "per_tensor" (one per gradient after it) or "none" (the A/B's off
+    iterations of ddp_async, to measure what its DP sync costs)."""
+    if fault == "small_grads":
+        return "per_tensor" if on else "flat"  # the A/B twin: the same sync, bucketed
+    if fault == "dp_after_backward":
+        return "flat" if on else "ddp"
+    if fault == "ddp_async" and ab and not on:
+        return "none"
+    return "ddp"
+
+
+def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    args = parse()
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    fault = args.fault
+    torch.manual_seed(1234)  # same weights on every rank (DDP would broadcast them anyway)
+    tp_state: dict[str, bool] = {}
+    dp_group: Any
+    if fault == "tp_megatron":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("dp", "tp"))
+        dp_group = mesh.get_group("dp")
+        model, tp_state = megatron_mlp(args.hidden, args.layers, mesh.get_group("tp"))
+    else:
+        dp_group = dist.group.WORLD
+        model = mlp(args.hidden, args.layers)
+    # the experts' all-to-all has its own group, as in MoE frameworks (an "ep" group over the world)
+    ep_group = dist.new_group(list(range(world))) if fault.endswith("alltoall") else None
+    bucket_mb = 0.25 if fault == "ddp_async" else 2.0
+    ddp = DistributedDataParallel(model, process_group=dp_group, bucket_cap_mb=bucket_mb)
+    params = [p for p in ddp.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
+    torch.manual_seed(rank)
+    a2a_numel = int(args.a2a_mb * 2**20 / 4)
+    stamps: list[int] = []
+    for it in range(args.steps):
+        on = it % 2 == 1 if args.ab else True  # the same decision on every rank
+        x = torch.randn(args.batch, args.hidden)
+        if fault == "slow_rank" and on and rank == SLOW_RANK:
+            busy(SLOW_S)
+        if fault == "tp_megatron":
+            tp_state["comm"] = on
+        sync = grad_sync(fault, on, args.ab)
+        with ddp.no_sync() if sync != "ddp" else contextlib.nullcontext():
+            out = ddp(x)
+            if fault in ("uneven_alltoall", "clean_alltoall"):
+                routed = all_to_all(torch.randn(a2a_numel), fault == "uneven_alltoall" and on, ep_group)
+                out = out + routed[: out.numel()].view_as(out)
+            loss = out.square().mean()
+            loss.backward()
+        if sync == "per_tensor":
+            tensor_all_reduce(params, dp_group)
+        elif sync == "flat":
+            flat_all_reduce(params, dp_group)
+        if fault == "mismatch":
+            numel = BROADCAST_NUMEL * (2 if on and rank == MISMATCH_RANK else 1)
+            dist.broadcast(torch.zeros(numel), src=0)  # a rank-dependent shape: Gloo completes it
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        if fault == "barrier" and on:
+            dist.barrier()
+        stamps.append(time.perf_counter_ns())
+    if args.stamps:
+        args.stamps.mkdir(parents=True, exist_ok=True)
+        (args.stamps / f"rank-{rank}.json").write_text(json.dumps(
+            {"rank": rank, "fault": fault, "ab": args.ab, "stamps_ns": stamps}))
+    # leave together and drop DDP before its group: Gloo can hang in destroy otherwise
+    dist.barrier()
+    del ddp, opt
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

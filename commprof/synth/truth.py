@@ -26,8 +26,8 @@ I64 = npt.NDArray[np.int64]
 PARTS = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
 # the ids of analyzers/findings.py FINDING_IDS that a synthetic fault injects
 FINDING_IDS = ("straggler", "tp_across_nodes", "group_larger_than_node", "dp_sync_exposed", "link_efficiency",
-               "nccl_socket_fallback", "pipeline_bubble", "alltoall_imbalance", "desync", "nccl_gdr_disabled", "nccl_p2p_disabled",
-               "nvls_unavailable")
+               "nccl_socket_fallback", "pipeline_bubble", "alltoall_imbalance", "desync", "nccl_gdr_disabled",
+               "nccl_p2p_disabled", "nvls_unavailable")
 
 
 def as_read(t: I64, offset: int, base: int = 0) -> I64:

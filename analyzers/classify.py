@@ -190,7 +190,7 @@ def group_traffic(collectives: pl.DataFrame, steps: pl.DataFrame | None = None) 
     mean message size of its reducing collectives (all-reduce, reduce-scatter, all-gather)."""
     schema = {"pg": pl.String, "calls_per_step": pl.Float64, "p2p_share": pl.Float64,
               "a2a_share": pl.Float64, "reducing_bytes": pl.Float64, "reducing_share": pl.Float64,
-              "reducing_per_step": pl.Float64, "overlap_share": pl.Float64}
+              "reducing_per_step": pl.Float64, "overlap_share": pl.Float64, "after_compute_share": pl.Float64}
     if collectives.height == 0 or "pg" not in collectives.columns:
         return pl.DataFrame(schema=schema)
     coll = collectives.filter(pl.col("pg").is_not_null())
@@ -224,11 +224,38 @@ def group_traffic(collectives: pl.DataFrame, steps: pl.DataFrame | None = None) 
             overlap,
         )
         .join(rank_steps, on="pg", how="left")
+        .join(_after_compute(coll, steps), on="pg", how="left")
         .with_columns((pl.col("_calls") / pl.col("_rs").clip(lower_bound=1)).alias("calls_per_step"),
                       (pl.col("_reducing") / pl.col("_rs").clip(lower_bound=1)).alias("reducing_per_step"),
                       pl.col("overlap_share").fill_nan(None).cast(pl.Float64))
         .select(list(schema))
     )
+
+
+AFTER_COMPUTE_LEAD = 0.05  # the group's first reducing call of the step comes 5 % of it in at least
+AFTER_COMPUTE_RATIO = 2.0  # and twice as long after the step's start as its last ends before the step's end
+
+
+def _after_compute(coll: pl.DataFrame, steps: pl.DataFrame | None) -> pl.DataFrame:
+    """Per group, the share of its rank-steps whose reducing calls all come after the step's compute: the
+    first starts twice as long after the step's start as the last ends before its end (and at least
+    AFTER_COMPUTE_LEAD of the step in). That is a gradient sync after the backward (one flat all-reduce, or
+    one per tensor), followed by the optimizer step only; tensor-parallel all-reduces start in the first
+    layer's forward and go on until the backward reaches it (recorded Megatron-style TP on Gloo: first call
+    2-10 % of the step in, last 6-60 % before its end; a DP sync after the backward: 10-85 % in, 0-15 % before
+    the end)."""
+    schema = {"pg": pl.String, "after_compute_share": pl.Float64}
+    needed = {"rank", "step", "start_ns", "end_ns"}
+    if steps is None or steps.height == 0 or not needed <= set(steps.columns) or "step" not in coll.columns:
+        return pl.DataFrame(schema=schema)
+    blocks = (coll.filter(pl.col("op").is_in(list(REDUCING_OPS)) & pl.col("step").is_not_null())
+              .group_by("pg", "rank", "step")
+              .agg(pl.col("start_ns").min().alias("_first"), pl.col("end_ns").max().alias("_last"))
+              .join(steps.select("rank", "step", pl.col("start_ns").alias("_s0"), pl.col("end_ns").alias("_s1")),
+                    on=["rank", "step"], how="inner"))
+    lead, tail = pl.col("_first") - pl.col("_s0"), pl.col("_s1") - pl.col("_last")
+    after = (lead > AFTER_COMPUTE_RATIO * tail) & (lead >= AFTER_COMPUTE_LEAD * (pl.col("_s1") - pl.col("_s0")))
+    return blocks.group_by("pg").agg(after.mean().cast(pl.Float64).alias("after_compute_share")).select(list(schema))
 
 
 def rank_pattern(ranks: list[int]) -> str:
@@ -298,20 +325,24 @@ def _structure(ranks: list[int], world_size: int | None, nodes: int | None, mult
 
 GRADIENT_BYTES = 64 * 1024  # a mean reducing call this large carries gradients, not a loss or a metric
 WORLD_DP_OVERLAP = 0.05  # share of its reducing time hidden behind compute: the buckets overlap backward
+WORLD_DP_AFTER = 0.8  # or: in >= 80 % of rank-steps its calls all come after the step's compute
 
 
 def world_as_dp(traffic: dict[str, float | None] | None, other_data_groups: bool) -> Verdict | None:
     """A world group that is the job's data-parallel group (plain DDP, or FSDP over all ranks): no other
     group moves data, at least 80% of its calls (barriers aside) are all-reduce / reduce-scatter /
-    all-gather, they are gradient-sized (mean >= 64 KiB) and some of their time overlaps compute. The
-    tensor-parallel all-reduces of a TP-only job are as large but sit on the critical path (no overlap).
+    all-gather, they are gradient-sized (mean >= 64 KiB), and either some of their time overlaps compute
+    (DDP's buckets during the backward) or they all come after the step's compute (a gradient sync after
+    the backward: one flat all-reduce, or one per tensor). The tensor-parallel all-reduces of a TP-only job
+    are as large but sit between the layers' compute on the critical path, from the first forward on.
     Confidence 0.6, +0.1 when bucketed (two or more such calls per rank-step), +0.1 when most of their
     time is hidden."""
     t = traffic or {}
     share, size, overlap = t.get("reducing_share"), t.get("reducing_bytes"), t.get("overlap_share")
     if other_data_groups or share is None or size is None or overlap is None:
         return None
-    if share < 0.8 or size < GRADIENT_BYTES or overlap < WORLD_DP_OVERLAP:
+    after = (t.get("after_compute_share") or 0.0) >= WORLD_DP_AFTER
+    if share < 0.8 or size < GRADIENT_BYTES or (overlap < WORLD_DP_OVERLAP and not after):
         return None
     signs = [(t.get("reducing_per_step") or 0) >= 2, overlap >= 0.5]
     return Verdict("dp", "structure", round(0.6 + 0.1 * sum(signs), 2))

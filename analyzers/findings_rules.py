@@ -88,7 +88,13 @@ def straggler_lateness(c: Ctx) -> list[lateness.Late]:
     calls with a rank whose clock or run is in doubt."""
     traced = int(c.a.ranks.height)
     judged, scope = lateness.judged_calls(c.calls, c.doubtful, traced, c.a.facts.world_size)
-    return [x for x in lateness.late_ranks(judged, scope) if lateness.is_straggler(x, c.step_ns)]
+    work = lateness.rank_work(c.a.steps.filter(~pl.col("rank").is_in(list(c.doubtful))))
+    found = [x for x in lateness.late_ranks(judged, scope, work) if lateness.is_straggler(x, c.step_ns)]
+    best: dict[str, lateness.Late] = {}
+    for x in found:  # one straggler per group: the one its peers wait for longest
+        if x.pg not in best or x.late_ns > best[x.pg].late_ns:
+            best[x.pg] = x
+    return sorted(best.values(), key=lambda x: -x.late_ns)
 
 
 def rule_straggler(c: Ctx) -> list[Finding]:
@@ -112,13 +118,21 @@ def rule_straggler(c: Ctx) -> list[Finding]:
             id="straggler", key=f"straggler:rank{x.rank}", severity=sev,
             title=f"rank {x.rank} is a straggler: it arrives {ms(x.late_ns)} per step after its peers, last in "
                   f"{x.steps_last} of {x.steps} steps ({_sure(x.chance)} sure)"
+                  + (f", with {ms(x.work_excess_ns)} more work per step in {x.work_steps_above} of "
+                     f"{x.work_steps} ({_sure(x.work_chance)} sure)" if x.work_chance is not None
+                     and x.work_excess_ns is not None else "")
                   + (f", most waited on in {known}" if known else ""),
             detail=f"judged on {x.scope} (group {x.pg}, {x.members} ranks): its lateness per step (the smallest "
                    f"wait of the others at each call it was last at) is {ms(x.late_ns)} above the others' median, "
                    f"where the latest other rank shows {ms(x.jitter_ns)} in a typical step; {x.top_share} of the "
                    f"group's {x.steps} highest rank-step latenesses are its own (chance by luck "
                    f"{_chance_text(x.chance)}). It was last at {row.get('times_last', 0)} matched calls; its "
-                   f"peers waited {ms(float(row.get('caused_wait_ns_per_step') or 0))} per step for it in total.",
+                   f"peers waited {ms(float(row.get('caused_wait_ns_per_step') or 0))} per step for it in total."
+                   + (f" Its work per step (compute and copies with none of its communication in flight) is "
+                      f"{ms(x.work_excess_ns)} above the other ranks' median, more in {x.work_steps_above} of "
+                      f"{x.work_steps} steps (chance by luck {_chance_text(x.work_chance)}): it is late because "
+                      "it has more to do or does it slower, not because a partner is fast."
+                      if x.work_chance is not None and x.work_excess_ns is not None else ""),
             action=f"look at what rank {x.rank} does before its late calls (host {_host(c, x.rank)}): a slower GPU "
                    "(clocks, thermals, ECC), data-loader or CPU stalls, uneven work; compare its compute per step "
                    "with its peers' on the skew page",
@@ -132,7 +146,10 @@ def rule_straggler(c: Ctx) -> list[Finding]:
                      "steps_last": float(x.steps_last), "steps_judged": float(x.steps),
                      "confidence": x.confidence, "times_last": float(row.get("times_last") or 0),
                      "caused_wait_ns_per_step": float(row.get("caused_wait_ns_per_step") or 0),
-                     "exposed_wait_ns_per_step": waited}))
+                     "exposed_wait_ns_per_step": waited,
+                     **({"work_excess_ns_per_step": x.work_excess_ns, "work_steps_above": float(x.work_steps_above),
+                         "work_confidence": 1.0 - x.work_chance}
+                        if x.work_chance is not None and x.work_excess_ns is not None else {})}))
     return out
 
 

@@ -15,9 +15,19 @@ classified):
 * **lateness per step** = the median over steps of (its lateness - the median of the others' in that
   step); **jitter** = the median over steps of the largest lateness among the others.
 
-A rank is a straggler when it is last in most steps, the chance is at most ``MAX_CHANCE``, and its
-lateness is at least ``JITTER_FACTOR`` times the jitter and ``MIN_SHARE`` of the step; how loud it may be
-follows how sure it is (:func:`max_severity`). Calls whose group
+The second witness is the rank's own **work per step**: its compute, copies and idle time with none of its
+own communication in flight (:func:`rank_work`), compared with the median of the other traced ranks in the
+same step. A rank its peers wait for because it has more to do (or a slower device, or a
+stalled loader) shows more work step after step; a rank that only looks late next to a fast partner, or
+that the OS kept behind once, does not. **work chance**: the probability of an excess over the steps this
+consistent by luck (one-sided Wilcoxon signed-rank test on the per-step excess, exact up to 60 steps),
+times the ranks compared.
+
+A rank is a straggler when its lateness per step is positive, its work is not below the others' (when
+known), and either the lateness is consistent (last in most steps, chance at most ``MAX_CHANCE``, lateness
+at least ``JITTER_FACTOR`` times the jitter and ``MIN_SHARE`` of the step) or the work is (work chance at
+most ``MAX_WORK_CHANCE``); how loud it may be follows how sure both witnesses are (:func:`max_severity`)
+and what it costs (its lateness). Calls whose group
 was not seen whole, point-to-point calls (pipeline structure, not straggling) and calls with a rank whose
 clock or run is in doubt (analyzers/sanity.py) are not judged.
 """
@@ -37,6 +47,7 @@ SURE_CHANCE = 0.001  # any severity from 99.9 % confidence (or a clean separatio
 LIKELY_CHANCE = 0.01  # from 99 %: at most low
 JITTER_FACTOR = 2.0  # late by at least twice what the most-late other rank shows in a typical step
 MIN_SHARE = 0.001  # and by at least 0.1 % of the step
+MAX_WORK_CHANCE = 0.1  # or more work than the others' median, consistently: 90 % sure
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,10 @@ class Late:
     members: int  # group members judged
     scope: str  # which calls were judged, in words
     separated: bool  # its least late step is >= JITTER_FACTOR x the others' latest step (every step, clearly)
+    work_excess_ns: float | None = None  # per step: median over steps of its work minus the others' median
+    work_steps_above: int = 0  # steps in which its work exceeded the others' median
+    work_steps: int = 0  # steps with work known for it and others
+    work_chance: float | None = None  # probability of so many steps above by luck (any rank); None: unknown
 
     @property
     def confidence(self) -> float:
@@ -99,6 +114,79 @@ def step_lateness(judged: pl.DataFrame) -> pl.DataFrame:
             .with_columns(pl.col("late_ns").fill_null(0.0)).sort("pg", "rank", "step"))
 
 
+WORK_PARTS = ("compute_ns", "memory_ns", "idle_ns")
+
+
+def rank_work(steps: pl.DataFrame) -> pl.DataFrame:
+    """rank, step, work_ns: the rank's time in the step with none of its own communication in flight
+    (compute, copies, idle: a stalled data loader or host shows as idle). A rank with more to do shows it
+    there; its peers' wait for it shows as their communication (exposed, or overlapped when they compute
+    while their calls wait), never as their work."""
+    need = {"rank", "step", *WORK_PARTS}
+    if steps.height == 0 or not need <= set(steps.columns):
+        return pl.DataFrame(schema={"rank": pl.Int64, "step": pl.Int64, "work_ns": pl.Float64})
+    return steps.select(pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64),
+                        pl.sum_horizontal(*WORK_PARTS).cast(pl.Float64).alias("work_ns")).drop_nulls()
+
+
+Evidence = tuple[float | None, int, int, float | None]
+
+
+def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None) -> Evidence:
+    """(median excess over the other ranks' median, steps above, steps compared, chance by luck) of one
+    rank's work in the judged steps; None where no step has its work and another rank's."""
+    if work is None or work.height == 0:
+        return None, 0, 0, None
+    w = work.filter(pl.col("step").is_in(steps))
+    mine = dict(w.filter(pl.col("rank") == rank).select("step", "work_ns").iter_rows())
+    others = w.filter(pl.col("rank") != rank).group_by("step").agg(pl.col("work_ns").median().alias("m"),
+                                                                     pl.len().alias("k"))
+    diffs = [mine[s] - m for s, m, _ in others.iter_rows() if s in mine]
+    if not diffs:
+        return None, 0, 0, None
+    ranks, n = int(w["rank"].n_unique()), len(diffs)
+    excess, above = float(np.median(diffs)), sum(1 for d in diffs if d > 0)
+    if ranks / 2 ** n > MAX_WORK_CHANCE:  # too few steps: even n of n above could be luck; no witness
+        return excess, above, n, None
+    return excess, above, n, min(1.0, ranks * _signed_rank(diffs))
+
+
+EXACT_STEPS = 60
+
+
+def _signed_rank(diffs: list[float]) -> float:
+    """One-sided p-value of the Wilcoxon signed-rank test that ``diffs`` centre above 0 (zeros dropped, ties
+    given their mean rank; exact up to EXACT_STEPS values, the normal approximation beyond)."""
+    nz = [d for d in diffs if d != 0]
+    n = len(nz)
+    if n == 0:
+        return 1.0
+    order = sorted(range(n), key=lambda i: abs(nz[i]))
+    ranks = [0.0] * n
+    i = 0
+    while i < n:  # mean ranks over ties of |d|
+        j = i
+        while j + 1 < n and abs(nz[order[j + 1]]) == abs(nz[order[i]]):
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    w_plus = sum(r for r, d in zip(ranks, nz, strict=True) if d > 0)
+    if n > EXACT_STEPS:
+        mean, var = n * (n + 1) / 4, n * (n + 1) * (2 * n + 1) / 24
+        return 0.5 * math.erfc((w_plus - 0.5 - mean) / math.sqrt(2 * var))
+    # exact: counts of sign assignments per doubled rank sum (doubling keeps half ranks integral)
+    counts = {0: 1}
+    for r in ranks:
+        step = round(2 * r)
+        nxt = dict(counts)
+        for total, c in counts.items():
+            nxt[total + step] = nxt.get(total + step, 0) + c
+        counts = nxt
+    target = round(2 * w_plus)
+    return math.ldexp(sum(c for total, c in counts.items() if total >= target), -n)
+
+
 def _chance(top: int, n: int, members: int) -> float:
     """P(X >= top), X ~ Hypergeometric(members * n rank-steps, n of them one rank's, n drawn), times members."""
     pop = members * n
@@ -106,12 +194,14 @@ def _chance(top: int, n: int, members: int) -> float:
     return min(1.0, members * tail / math.comb(pop, n))
 
 
-def _judge(pg: str, grid: pl.DataFrame, scope: str) -> Late | None:
+def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = None) -> list[Late]:
+    """The group's lateness candidate, and the rank with the most consistent excess work if that is another
+    rank the others also wait for (each with both witnesses' figures)."""
     ranks = sorted(set(grid["rank"].to_list()))
     steps = sorted(set(grid["step"].to_list()))
     m, n = len(ranks), len(steps)
     if m < 2 or n < 1:
-        return None
+        return []
     table = np.zeros((m, n))
     ri, si = {r: i for i, r in enumerate(ranks)}, {s: j for j, s in enumerate(steps)}
     for r, s, v in grid.select("rank", "step", "late_ns").iter_rows():
@@ -120,39 +210,67 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str) -> Late | None:
     for _, owner in sorted(((v, i) for i in range(m) for v in table[i] if v > 0), key=lambda t: -t[0])[:n]:
         tops[owner] += 1
     excess = [float(np.median(table[i] - np.median(np.delete(table, i, axis=0), axis=0))) for i in range(m)]
+    evidence = [_work_evidence(r, steps, work) for r in ranks]
     best = max(range(m), key=lambda i: (tops[i], excess[i]))
-    if table[best].max() <= 0:
-        return None
-    # its share of the n highest rank-steps, the others' first at equal values (never in its favour)
-    ordered = sorted(((v, i == best) for i in range(m) for v in table[i] if v > 0), key=lambda t: (-t[0], t[1]))
-    top = sum(1 for _, mine in ordered[:n] if mine)
-    others = np.delete(table, best, axis=0)
-    last = int(sum(1 for j in range(n) if table[best, j] > 0 and table[best, j] > others[:, j].max()))
-    return Late(rank=ranks[best], pg=pg, late_ns=excess[best], jitter_ns=float(np.median(others.max(axis=0))),
-                steps_last=last, steps=n, top_share=top, chance=_chance(top, n, m), members=m, scope=scope,
-                separated=bool(table[best].min() > 0 and table[best].min() >= JITTER_FACTOR * others.max()))
+    picks = [best] if table[best].max() > 0 else []
+    worker = max(range(m), key=lambda i: (evidence[i][1], evidence[i][0] or 0.0))
+    if evidence[worker][3] is not None and worker not in picks and excess[worker] > 0:
+        picks.append(worker)
+    out = []
+    for i in picks:
+        # its share of the n highest rank-steps, the others' first at equal values (never in its favour)
+        ordered = sorted(((v, k == i) for k in range(m) for v in table[k] if v > 0), key=lambda t: (-t[0], t[1]))
+        top = sum(1 for _, mine in ordered[:n] if mine)
+        others = np.delete(table, i, axis=0)
+        last = int(sum(1 for j in range(n) if table[i, j] > 0 and table[i, j] > others[:, j].max()))
+        w_excess, w_above, w_steps, w_chance = evidence[i]
+        out.append(Late(rank=ranks[i], pg=pg, late_ns=excess[i], jitter_ns=float(np.median(others.max(axis=0))),
+                        steps_last=last, steps=n, top_share=top, chance=_chance(top, n, m), members=m, scope=scope,
+                        separated=bool(table[i].min() > 0 and table[i].min() >= JITTER_FACTOR * others.max()),
+                        work_excess_ns=w_excess, work_steps_above=w_above, work_steps=w_steps, work_chance=w_chance))
+    return out
 
 
-def late_ranks(judged: pl.DataFrame, scope: str) -> list[Late]:
-    """The candidate of every group, straggler or not (:func:`is_straggler` decides)."""
+def late_ranks(judged: pl.DataFrame, scope: str, work: pl.DataFrame | None = None) -> list[Late]:
+    """The candidates of every group, straggler or not (:func:`is_straggler` decides). ``work``: rank, step,
+    work_ns (:func:`rank_work`), the second witness; without it lateness alone is judged."""
     if judged.height == 0:
         return []
     grid = step_lateness(judged)
-    out = [_judge(str(pg), g, scope) for (pg,), g in grid.partition_by("pg", as_dict=True).items()]
-    return sorted((x for x in out if x is not None), key=lambda x: -x.late_ns)
+    out = [x for (pg,), g in grid.partition_by("pg", as_dict=True).items() for x in _judge(str(pg), g, scope, work)]
+    return sorted(out, key=lambda x: -x.late_ns)
 
 
 def max_severity(x: Late) -> str:
-    """How loud a straggler may be, by how sure it is: a clean separation (late in every step by twice what
-    any other rank ever showed: no jitter does that) or 99.9 % confidence allow any severity; 99 % at most
-    low; below that it is info. Few steps or few ranks cannot reach 99.9 % (4 ranks need 6 steps), and on
-    a crowded machine the OS keeps one rank behind for several steps at a time (recorded clean runs: a
-    rank 7-14 ms late in 6 of 8 steps, chance 0.3 %), so only a long, consistent lateness is loud."""
-    if x.separated or x.chance <= SURE_CHANCE:
+    """How loud a straggler may be, by how sure it is. Lateness is sure with a clean separation (late in
+    every step by twice what any other rank ever showed) or 99.9 % confidence, likely from 99 %; work is
+    sure from 99 %. Without the work witness (too few steps to judge it): sure lateness allows any
+    severity, likely at most low. With it: both sure, any severity; one sure or likely and the other at
+    least 90 %, at most low; else info. Few steps or few ranks cannot reach
+    99.9 % (4 ranks need 6 steps), and on a crowded machine the OS keeps one rank behind for several steps
+    at a time (recorded clean runs on 4 ranks / 2 cores: a rank 65 ms late in 10 of 10 steps of its TP pair,
+    or last in 6 of 8 steps, chance 0.3 %), so only a long lateness that the rank's own work explains is loud."""
+    late_sure = x.separated or x.chance <= SURE_CHANCE
+    if x.work_chance is None:
+        return "high" if late_sure else "low" if x.chance <= LIKELY_CHANCE else "info"
+    work_sure, work_ok = x.work_chance <= LIKELY_CHANCE, x.work_chance <= MAX_WORK_CHANCE
+    late_ok = x.chance <= MAX_CHANCE or x.separated
+    if late_sure and work_sure:
         return "high"
-    return "low" if x.chance <= LIKELY_CHANCE else "info"
+    return "low" if (late_sure or x.chance <= LIKELY_CHANCE) and work_ok or work_sure and late_ok else "info"
 
 
 def is_straggler(x: Late, step_ns: float) -> bool:
-    return (2 * x.steps_last > x.steps and x.chance <= MAX_CHANCE and x.late_ns > 0
-            and x.late_ns >= max(JITTER_FACTOR * x.jitter_ns, MIN_SHARE * step_ns))
+    """Its peers wait for it (positive lateness), it does not do less than the others (a rank that looks
+    late only beside a faster partner), and it is consistent: in lateness (last in most steps, unlikely by
+    luck, above the jitter and ``MIN_SHARE`` of the step) or in work (more than the others step after step,
+    ``MAX_WORK_CHANCE``); a consistent worker that costs its peers little is reported with that little
+    saving (info), as the uneven work it is."""
+    if x.late_ns <= 0:
+        return False
+    if x.work_excess_ns is not None and x.work_excess_ns <= 0:
+        return False
+    late_ok = (2 * x.steps_last > x.steps and x.chance <= MAX_CHANCE
+               and x.late_ns >= max(JITTER_FACTOR * x.jitter_ns, MIN_SHARE * step_ns))
+    work_ok = x.work_chance is not None and x.work_chance <= MAX_WORK_CHANCE
+    return late_ok or work_ok

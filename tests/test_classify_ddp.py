@@ -27,10 +27,12 @@ def _args(pg: str, desc: str, ranks: list[int], nbytes: int) -> dict[str, object
             "Process Group Description": desc, "Process Group Ranks": str(ranks)}
 
 
-def write_ddp(out: Path, world: int = 4, buckets: int = 4, nbytes: int = 25 * MiB, overlap: bool = True,
+def write_ddp(out: Path, world: int = 4, buckets: int = 4, nbytes: int = 25 * MiB, placement: str = "overlap",
               tp_group: bool = False) -> Path:
-    """Per step: forward compute, then backward compute with `buckets` all-reduces launched during it (or,
-    with overlap=False, after it, as tensor-parallel all-reduces sit on the critical path)."""
+    """Per step: forward compute, then backward compute with `buckets` all-reduces. ``placement``:
+    "overlap" launches them during the backward (DDP's buckets); "after" back to back after it (a gradient
+    sync after the backward); "between" between the layers' compute from the first forward layer on, on
+    the critical path (tensor-parallel all-reduces)."""
     world_ranks = list(range(world))
     groups = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": world,
                "ranks": world_ranks}]
@@ -42,12 +44,22 @@ def write_ddp(out: Path, world: int = 4, buckets: int = 4, nbytes: int = 25 * Mi
         for step in range(3):
             t0 = 10_000.0 * step
             b.step(step, t0, t0 + 10_000)
-            b.compute(t0 + 100, t0 + 3_000)  # forward
-            b.compute(t0 + 3_000, t0 + 8_000)  # backward
-            start = t0 + 3_500 if overlap else t0 + 8_000
-            for k in range(buckets):
-                s = start + k * 450
-                b.nccl(s, s + 400, dev=True, **_args("0", "default_pg", world_ranks, nbytes))
+            if placement == "between":
+                # each layer's compute, then its all-reduce: forward (1 unit per layer), backward (2 units),
+                # then the embedding's backward and the optimizer step
+                s = t0 + 100
+                for dur in [600] * buckets + [1_200] * buckets:
+                    b.compute(s, s + dur)
+                    b.nccl(s + dur, s + dur + 200, dev=True, **_args("0", "default_pg", world_ranks, nbytes))
+                    s += dur + 200
+                b.compute(s, t0 + 9_900)
+            else:
+                b.compute(t0 + 100, t0 + 3_000)  # forward
+                b.compute(t0 + 3_000, t0 + 8_000)  # backward
+                start = t0 + 3_500 if placement == "overlap" else t0 + 8_000
+                for k in range(buckets):
+                    s = start + k * 450
+                    b.nccl(s, s + 400, dev=True, **_args("0", "default_pg", world_ranks, nbytes))
             if tp_group and rank in (0, 1):
                 b.nccl(t0 + 9_900, t0 + 9_950, dev=True, **_args("1", "undefined", [0, 1], 4 * MiB))
         b.write(out / f"rank-{rank}.json")
@@ -65,12 +77,17 @@ def test_bucketed_gradient_allreduces_overlapping_backward_are_dp(tmp_path: Path
     assert _dims(write_ddp(tmp_path))["0"] == ("dp", "structure", 0.8)
 
 
+def test_gradient_sync_after_the_backward_is_dp(tmp_path: Path) -> None:
+    """All-reduces back to back after the step's compute (DP sync after the backward, no overlap): dp."""
+    assert _dims(write_ddp(tmp_path, placement="after"))["0"] == ("dp", "structure", 0.7)
+
+
 def test_layout_dp_names_the_world_group_dp(tmp_path: Path) -> None:
-    assert _dims(write_ddp(tmp_path, overlap=False), "dp=4")["0"] == ("dp", "layout", 1.0)
+    assert _dims(write_ddp(tmp_path, placement="between"), "dp=4")["0"] == ("dp", "layout", 1.0)
 
 
 @pytest.mark.parametrize(("why", "kwargs"), [
-    ("on the critical path, like tensor-parallel all-reduces", {"overlap": False}),
+    ("between the layers' compute on the critical path, like tensor-parallel all-reduces", {"placement": "between"}),
     ("scalars (a loss or a metric), not gradients", {"nbytes": 4096}),
     ("another group moves data", {"tp_group": True}),
 ])

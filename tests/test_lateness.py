@@ -147,3 +147,54 @@ def test_no_note_when_a_rule_names_a_cause(tmp_path: Path) -> None:
     assert a.totals["exposed_comm_ns"] / a.totals["step_ns"] > 0.2
     assert a.findings[0].id == "dp_sync_exposed" and a.findings[0].severity != "info"
     assert a.exposed_note is None
+
+
+def _work(per_rank_ms: dict[int, list[float]]) -> pl.DataFrame:
+    """rank, step, work_ns as lateness.rank_work gives it (hand-built)."""
+    rows = [{"rank": r, "step": s, "work_ns": v * 1e6} for r, vs in per_rank_ms.items() for s, v in enumerate(vs)]
+    return pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "work_ns": pl.Float64})
+
+
+def test_signed_rank_test_is_exact() -> None:
+    assert lateness._signed_rank([1.0] * 10) == pytest.approx(2.0 ** -10)
+    # |d| ranks 1..4, W+ = 2 + 3 + 4 = 9: the sign assignments reaching 9 are {2,3,4} and {1,2,3,4}
+    assert lateness._signed_rank([1.0, 2.0, 3.0, -0.5]) == pytest.approx(2 / 16)
+    assert lateness._signed_rank([-1.0] * 5) == 1.0 and lateness._signed_rank([0.0, 0.0]) == 1.0
+
+
+def test_late_beside_a_faster_partner_but_doing_less_work_is_not_a_straggler() -> None:
+    # recorded tp=2 x dp=2 on 2 cores: rank 3 last at every TP call of its pair (78 ms/step, "separated"),
+    # yet its work per step was 62 ms under the world's median: its partner was fast, nobody slow
+    late = [[0.0, 0.0, 0.0, 30.0 + step] for step in range(8)]
+    work = _work({0: [130.0] * 8, 1: [124.0] * 8, 2: [21.0] * 8, 3: [77.0] * 8})
+    (x,) = lateness.late_ranks(_calls(late), "test", work)
+    assert x.rank == 3 and x.separated and x.work_excess_ns is not None and x.work_excess_ns < 0
+    assert not lateness.is_straggler(x, step_ns=200e6)
+    (y,) = lateness.late_ranks(_calls(late), "test")  # lateness alone: it would be a sure straggler
+    assert lateness.is_straggler(y, step_ns=200e6) and lateness.max_severity(y) == "high"
+
+
+def test_consistent_extra_work_names_the_rank_even_where_lateness_is_noisy() -> None:
+    # everyone last now and then by ~10-20 ms (a crowded host); rank 2 does 25 ms more work in every step
+    late = [[10.0 if r == (step % 4) else 0.0 for r in range(4)] for step in range(10)]
+    for step in range(0, 10, 2):
+        late[step][2] = 12.0
+    work = _work({r: [50.0 + (25.0 if r == 2 else 0.0) + (step % 3) for step in range(10)] for r in range(4)})
+    xs = {x.rank: x for x in lateness.late_ranks(_calls(late), "test", work)}
+    x = xs[2]
+    assert (x.work_steps_above, x.work_steps) == (10, 10)
+    assert x.work_chance == pytest.approx(4 * 2.0 ** -10)
+    assert x.work_excess_ns == pytest.approx(25e6)
+    assert not (2 * x.steps_last > x.steps and x.chance <= lateness.MAX_CHANCE)  # lateness alone: not found
+    assert lateness.is_straggler(x, step_ns=200e6)
+    # work sure, lateness not even plausible: named, but no louder than info (its peers barely wait for it)
+    assert lateness.max_severity(x) == "info"
+
+
+def test_too_few_steps_give_no_work_witness() -> None:
+    # 4 ranks, 3 steps: even 3 of 3 above could be luck (4 / 8), so lateness alone is judged
+    late = [[0.0, 0.0, 30.0, 0.0] for _ in range(3)]
+    work = _work({r: [50.0 + (30.0 if r == 2 else 0.0)] * 3 for r in range(4)})
+    (x,) = lateness.late_ranks(_calls(late), "test", work)
+    assert x.work_chance is None and x.work_excess_ns == pytest.approx(30e6)
+    assert lateness.is_straggler(x, step_ns=200e6) and lateness.max_severity(x) == "high"

@@ -64,8 +64,6 @@ def test_the_sleeping_rank_is_named_with_confidence(runs: dict[str, Analysis]) -
     assert "sure" in f.title and "unknown groups" in f.detail
 
 
-@pytest.mark.xfail(reason="issue 21 open: the zoo's clean twin once read a [high] straggler with the same rule "
-                          "(4 ranks on 2 cores); runs every time, not strict", strict=False)
 def test_the_clean_twin_has_no_confident_straggler(runs: dict[str, Analysis]) -> None:
     # a rank the OS keeps behind for several steps may read as a low straggler (2 of 10 clean runs), never more
     loud = [f.title for f in runs["clean"].findings if f.id == "straggler" and f.severity not in ("info", "low")]

@@ -89,8 +89,10 @@ def torchrun(fault: str, *args: str) -> list[str]:
             "--fault", fault, *args]
 
 
-def record(run_dir: Path, fault: str, *, steps: int = 12, active: int = 5, train_args: tuple[str, ...] = ()) -> None:
-    """``commprof record`` one job with the fault on every iteration (the window: steps 3..3+active-1)."""
+def record(run_dir: Path, fault: str, *, steps: int = 16, active: int = 10, train_args: tuple[str, ...] = ()) -> None:
+    """``commprof record`` one job with the fault on every iteration (the window: steps 3..3+active-1). Ten
+    profiled steps: the straggler rule's second witness (a rank's own work per step) needs 6 on 4 ranks to
+    say anything and 10 to be sure (analyzers/lateness.py); 5 steps found the slow rank in 0 of 3 runs."""
     cmd = [sys.executable, "-m", "commprof", "record", "-o", str(run_dir), "--force", "--no-analyze",
            "--wait", "2", "--warmup", "1", "--active", str(active), "--",
            *torchrun(fault, "--steps", str(steps), *train_args)]

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,37 @@ def is_trace_name(name: str) -> bool:
 
 
 def _walk(folder: Path, problems: list[str]) -> list[Path]:
+    """Trace files under ``folder``. Links to folders are followed (a ``raw/traces`` that is a link to
+    another disk is common), each real folder once: a link back up the tree is passed over with a line."""
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
+    # a folder above the one walked is a loop too (a link to ".."): its ancestors count as read
+    seen = {(st.st_dev, st.st_ino) for st in _stats(Path(os.path.realpath(folder)).parents)}
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            problems.append(f"{dirpath}: a link back to a folder already read (a loop); not followed again")
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
         dirnames[:] = sorted(d for d in dirnames if d not in SIDECAR_DIRS and not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             if is_trace_name(name) and _regular(path, problems):
                 found.append(path)
     return found
+
+
+def _stats(paths: Iterable[Path]) -> list[os.stat_result]:
+    out = []
+    for path in paths:
+        try:
+            out.append(path.stat())
+        except OSError:
+            continue
+    return out
 
 
 def _regular(path: Path, problems: list[str]) -> bool:

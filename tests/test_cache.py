@@ -10,13 +10,13 @@ from typing import Any
 
 import polars as pl
 import pytest
+from machine_faults import read_only
 from polars.testing import assert_frame_equal
 
 import commprof
 from commprof.ingest import runner as runner_module
 from commprof.ingest import store
 from commprof.run import Run
-from machine_faults import read_only
 
 TABLES = ("intervals", "collectives", "step_marks", "process_groups", "ranks")
 

@@ -58,13 +58,7 @@ def _walk(folder: Path, problems: list[str]) -> list[Path]:
 
 
 def _stats(paths: Iterable[Path]) -> list[os.stat_result]:
-    out = []
-    for path in paths:
-        try:
-            out.append(path.stat())
-        except OSError:
-            continue
-    return out
+    return [path.stat() for path in paths if path.exists()]
 
 
 def _regular(path: Path, problems: list[str]) -> bool:

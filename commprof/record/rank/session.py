@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from . import flight
+from . import flight, signals
 from .annotate import Annotator
 from .config import RankConfig
 from .files import utc_now_iso
@@ -82,6 +82,7 @@ class RankSession:
             self.annotator.tick = self._guarded_tick
             self.annotator.install()
         atexit.register(self._at_exit)
+        signals.TermFlush(self._on_signal).install()
         self.sidecar.write()
         if self.window.mode == "steps" and self.window.wait == 0:
             self._owner = threading.get_ident()  # the thread importing torch: the script's own
@@ -236,8 +237,12 @@ class RankSession:
             window["recording_started_at"] = utc_now_iso()
             if self.window.mode == "steps":
                 window["first_profiler_step"] = self.prof.step_num
+        changed = new_state != self.state
         self.state = new_state
         self.sidecar.window["status"] = new_state
+        if changed:  # a rank killed with SIGKILL leaves this: its phase must be the true one
+            self.sidecar.window["optimizer_steps"] = self.steps
+            self.sidecar.write()
         if self.annotator is not None:
             if recording:
                 self.annotator.install()
@@ -338,6 +343,39 @@ class RankSession:
             self.sidecar.write()
         except Exception as err:
             self._fail(err)
+
+    def _on_signal(self, name: str, where: str, on_owner_thread: bool) -> None:
+        """Killed (SIGTERM): write out what was recorded, say where the training thread was, keep the
+        Flight Recorder dump (in a hang, the record of which collective each rank waits in). The profiler
+        can only be stopped from the thread that drives it: when that thread is blocked (a hang) the
+        trace is lost and the sidecar says why; Flight Recorder and the sidecar are written either way."""
+        if os.getpid() != self._pid:
+            return
+        window = self.sidecar.window
+        window["killed_by"] = name
+        window["stopped_in"] = where
+        window["optimizer_steps"] = self.steps
+        state = self.state
+        status = {WAITING: "killed_before_window", WARMUP: "killed_during_warmup",
+                  ACTIVE: "killed_during_active"}.get(state)
+        try:
+            if state == ACTIVE and on_owner_thread:
+                stall_started = time.perf_counter()
+                with self._as_internal(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.prof.stop()
+                self._close_window(stall_started, status="killed_during_active")  # dumps Flight Recorder
+            elif status is not None:
+                if state == ACTIVE:
+                    window["trace_lost"] = "the training thread was blocked; only it can stop the profiler"
+                self._discard = True  # a profiler stopped later (never, here) must not write half a trace
+                self._finish(status if on_owner_thread or state != ACTIVE else f"{status}_no_trace", None)
+        finally:
+            if not (state == ACTIVE and on_owner_thread):
+                self._dump_flight_recorder()
+            self.trace.wait(timeout_s=signals.FLUSH_TIMEOUT_S / 2)
+            self.sidecar.data["ended_at"] = utc_now_iso()
+            self.sidecar.write()
 
     def _fail(self, err: BaseException) -> None:
         try:

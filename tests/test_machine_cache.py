@@ -160,3 +160,15 @@ def test_a_file_name_with_a_newline_gives_a_one_line_error(tmp_path: Path) -> No
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "x\\ncommprof: error: all good.json" in result.stderr
+
+
+def test_a_crafted_file_name_cannot_fake_a_line_in_warnings(sample_run: Path) -> None:
+    (sample_run / "zz\ncommprof: error: fake\x1b[2K.json").write_text('{"not": "a trace"}')
+    for args in (["ingest"], ["analyze", "--format", "markdown"], ["analyze"]):
+        result = subprocess.run([sys.executable, "-m", "commprof", *args, str(sample_run)], capture_output=True,
+                                text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "400"})
+        assert result.returncode == 0, result.stderr
+        lines = (result.stdout + result.stderr).splitlines()
+        assert not [line for line in lines if line.startswith("commprof: error: fake")], args
+        assert "\x1b[2K" not in result.stdout + result.stderr
+        assert [line for line in lines if "zz\\ncommprof: error: fake\\x1b[2K.json" in line], args

@@ -157,6 +157,16 @@ def manifest_warnings(manifest: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def _why_no_traces(run_dir: Path, manifest: dict[str, Any]) -> str:
+    """What ``commprof record`` noted about a job that left no trace (killed while hung: where each
+    rank was), and the Flight Recorder dumps it kept."""
+    notes = [n for n in manifest.get("notes") or [] if isinstance(n, str) and n.startswith(("killed by", "no trace"))]
+    folder = run_dir / "raw" / "flight_recorder"
+    dumps = len(list(folder.glob("rank-*.json"))) if folder.is_dir() else 0
+    kept = f"; Flight Recorder dumps of {dumps} rank(s) are in {folder}" if dumps else ""
+    return f": {'; '.join(notes)}{kept}" if notes else f" (did the job reach its profiling window?){kept}"
+
+
 def discover(path: str | Path) -> Source:
     p = Path(path).expanduser()
     if not p.exists():
@@ -176,7 +186,7 @@ def discover(path: str | Path) -> Source:
         raw = p / "raw"
         traces = _walk(raw, problems) if raw.is_dir() else []
         if not traces:
-            raise InputError("run directory has no traces under raw/ (did the job reach its profiling window?)"
+            raise InputError("run directory has no traces under raw/" + _why_no_traces(p, manifest)
                              + (f"; {problems[-1]}" if problems else ""), p)
         return Source(p, "run", p, tuple(traces), manifest, tuple(problems))
     traces = _walk(p, problems)

@@ -130,7 +130,7 @@ class Run:
         merged = (
             self._scan("process_groups").collect()
             .with_columns(pl.col("ranks").list.len().alias("_n"))
-            .sort("_n", descending=True)
+            .sort("_n", descending=True, maintain_order=True)  # ties in rank order: the same page every time
             .group_by("pg", maintain_order=True)
             .agg(
                 pl.col("desc").drop_nulls().first(),

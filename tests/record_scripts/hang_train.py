@@ -17,8 +17,14 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--hang-at", type=int, default=4)
+    p.add_argument("--timeout-s", type=float, default=None, help="the process group's timeout (Gloo's watchdog)")
     args = p.parse_args()
-    dist.init_process_group("gloo")
+    if args.timeout_s is None:
+        dist.init_process_group("gloo")
+    else:
+        import datetime
+
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(8, 4))

@@ -34,6 +34,7 @@ from .config import RankConfig
 from .files import utc_now_iso
 from .groups import GroupThreads, describe_groups
 from .identity import RankIdentity
+from .profiler_guard import ProfilerEntryGuard
 from .sidecar import RankPaths, Sidecar, describe_rank
 from .trace import TraceWriter
 
@@ -63,7 +64,7 @@ class RankSession:
         self._user_profiler_seen = False
         self._warned = False
         self._hook_handle: Any = None
-        self._profiler_patches: list[tuple[Any, str, Any]] = []
+        self._profiler_guard = ProfilerEntryGuard(lambda: self._internal, self._user_profiler_starts)
         self.trace = TraceWriter(self.sidecar, self._warn)
         self.fr_enabled = self.window.flight_recorder and flight.buffer_size() > 0
 
@@ -77,7 +78,7 @@ class RankSession:
             self.threads.install(self.torch)
         optimizer_module = importlib.import_module("torch.optim.optimizer")
         self._hook_handle = optimizer_module.register_optimizer_step_post_hook(self._on_step)
-        self._patch_profiler_entry_points()
+        self._profiler_guard.install()
         if self.window.mode == "time" and self.annotator is not None:
             self.annotator.tick = self._guarded_tick
             self.annotator.install()
@@ -88,34 +89,11 @@ class RankSession:
             self._owner = threading.get_ident()  # the thread importing torch: the script's own
             self._open_window()
 
-    def _patch_profiler_entry_points(self) -> None:
-        """Every torch profiler (torch.profiler, the legacy autograd one, emit_nvtx) starts through
-        these two module functions: if the user starts one while ours runs, ours steps aside first
-        (two at once leave one of them broken)."""
-        module = importlib.import_module("torch.autograd.profiler")
-        for name in ("_prepare_profiler", "_enable_profiler"):
-            original = getattr(module, name, None)
-            if original is None:
-                continue
-            setattr(module, name, self._guard_profiler_start(original))
-            self._profiler_patches.append((module, name, original))
-
-    def _guard_profiler_start(self, original: Any) -> Any:
-        session = self
-
-        def start_profiler(*args: Any, **kwargs: Any) -> Any:
-            if not session._internal:
-                session._user_profiler_seen = True
-                if session.state in (WARMUP, ACTIVE):
-                    session._yield_to_user_profiler()
-            return original(*args, **kwargs)
-
-        return start_profiler
-
-    def _unpatch_profiler_entry_points(self) -> None:
-        patches, self._profiler_patches = self._profiler_patches, []
-        for module, name, original in patches:
-            setattr(module, name, original)
+    def _user_profiler_starts(self) -> None:
+        """A profiler that is not ours starts: ours steps aside (see profiler_guard)."""
+        self._user_profiler_seen = True
+        if self.state in (WARMUP, ACTIVE):
+            self._yield_to_user_profiler()
 
     # ---- clock -------------------------------------------------------------------------------
 
@@ -290,7 +268,7 @@ class RankSession:
         # The step hook stays registered and returns at once from now on: removing it here, while
         # torch iterates over the global hooks that called us, breaks that iteration
         # ("OrderedDict mutated during iteration") whenever the user registered a hook after ours.
-        self._unpatch_profiler_entry_points()
+        self._profiler_guard.uninstall()
         if warning:
             self._warn(warning)
         self.sidecar.merge_groups(self._groups())

@@ -41,6 +41,8 @@ def advice(err: OSError) -> str:
         return "free some space there or write elsewhere"
     if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return "choose a writable place"
+    if err.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "its folder does not exist"
     return "check the file system"
 
 
@@ -52,12 +54,15 @@ def temporary_name(target: Path) -> Path:
     return target.with_name(f"{TMP_PREFIX}{_host()}-{os.getpid()}-{target.name}")
 
 
-def atomic_write(target: Path, write: Callable[[Path], object], what: str, hint: str | None = None) -> None:
+def atomic_write(target: Path, write: Callable[[Path], object], what: str, hint: str | None = None,
+                 make_parents: bool = False) -> None:
     """``write(tmp)`` fills a temporary file beside ``target``, which then replaces ``target``. Any
-    OSError removes the temporary file and raises WriteError naming ``target``."""
+    OSError removes the temporary file and raises WriteError naming ``target``. ``make_parents``: create
+    missing folders (our caches; a user's -o into a missing folder is their typo, and an error)."""
     tmp = temporary_name(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if make_parents:
+            target.parent.mkdir(parents=True, exist_ok=True)
         write(tmp)
         os.replace(tmp, target)
     except OSError as err:
@@ -68,8 +73,9 @@ def atomic_write(target: Path, write: Callable[[Path], object], what: str, hint:
         raise
 
 
-def atomic_write_bytes(target: Path, data: bytes, what: str, hint: str | None = None) -> None:
-    atomic_write(target, lambda tmp: tmp.write_bytes(data), what, hint)
+def atomic_write_bytes(target: Path, data: bytes, what: str, hint: str | None = None,
+                       make_parents: bool = False) -> None:
+    atomic_write(target, lambda tmp: tmp.write_bytes(data), what, hint, make_parents)
 
 
 def atomic_write_text(target: Path, text: str, what: str, hint: str | None = None) -> None:

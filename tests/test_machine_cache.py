@@ -172,3 +172,22 @@ def test_a_crafted_file_name_cannot_fake_a_line_in_warnings(sample_run: Path) ->
         assert not [line for line in lines if line.startswith("commprof: error: fake")], args
         assert "\x1b[2K" not in result.stdout + result.stderr
         assert [line for line in lines if "zz\\ncommprof: error: fake\\x1b[2K.json" in line], args
+
+
+@pytest.mark.parametrize("command", ["analyze -o", "topology -o", "export --perfetto", "synth"])
+def test_outputs_on_a_full_disk_are_one_line_and_leave_nothing(sample_run: Path, tmp_path: Path,
+                                                               command: str) -> None:
+    nccl_logs = REPO / "tests" / "fixtures" / "nccl" / "efa_2.22"
+    with full_disk(tmp_path / "disk", size_kib=256) as disk:
+        fill(disk)
+        target = disk / "out"
+        args = {"analyze -o": ["analyze", str(sample_run), "--format", "json", "-o", str(target)],
+                "topology -o": ["topology", str(nccl_logs), "--format", "json", "-o", str(target)],
+                "export --perfetto": ["export", str(sample_run), "--perfetto", str(target)],
+                "synth": ["synth", str(target), "--nodes", "1", "--gpus-per-node", "8", "--layout", "tp=8"]}[command]
+        result = subprocess.run([sys.executable, "-m", "commprof", *args], capture_output=True, text=True, cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert result.returncode == 2, result.stderr[-2000:]
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(target) in lines[0] and "no space left on device" in lines[0], result.stderr
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no half file, no temporary

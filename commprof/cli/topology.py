@@ -57,7 +57,7 @@ def topology(path: Path, fmt: str, output: Path | None) -> None:
             else:
                 draw(summary, Console(file=out, width=140))
 
-    atomic_write(output, write, "the topology report")
+    atomic_write(output, write, "output")
 
 
 def _without_logs(path: Path, err: Exception) -> dict[str, Any]:

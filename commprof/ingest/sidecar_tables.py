@@ -269,8 +269,9 @@ def _write_cache(folder: Path, key: str, tables: SidecarTables) -> None:
 
     try:
         for name in _NAMES:
-            atomic_write(folder / f"{name}.parquet", getattr(tables, name).write_parquet, "the sidecar tables")
+            atomic_write(folder / f"{name}.parquet", getattr(tables, name).write_parquet, "the sidecar tables",
+                         make_parents=True)
         atomic_write(folder / "key.json", lambda tmp: tmp.write_text(json.dumps(
-            {"key": key, "warnings": list(tables.warnings)})), "the sidecar tables")
+            {"key": key, "warnings": list(tables.warnings)})), "the sidecar tables", make_parents=True)
     except (WriteError, pl.exceptions.PolarsError):
         pass  # a read-only or full cache only costs a re-parse next time (temporary files are removed)

@@ -127,7 +127,7 @@ def _expand_exports(entries: list[FileEntry], cache: Path, known: dict[str, Any]
 def _cache_write(cache: Path, target: Path, data: bytes) -> None:
     """Written whole or not at all; a failure (full disk) is one line naming the cache folder."""
     try:
-        atomic_write_bytes(target, data, "the table cache")
+        atomic_write_bytes(target, data, "the table cache", make_parents=True)
     except WriteError as err:
         raise WriteError("the table cache", cache, OSError(err.errno, os.strerror(err.errno or 5)),
                          CACHE_HINT) from None

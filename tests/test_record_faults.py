@@ -128,3 +128,20 @@ def test_no_room_for_the_manifest_is_one_line_before_the_job_starts(tmp_path: Pa
         assert "cannot write the manifest" in lines[0] or "cannot create the run directory" in lines[0]
         assert temporaries(disk) == []
     assert not marker.exists()
+
+
+def test_a_gloo_timeout_leaves_traces_and_flight_recorder(tmp_path: Path) -> None:
+    """The watchdog's way out of a hang: Gloo's timeout raises in every rank, which exit through their
+    exit handlers (a trace each, partial, and a Flight Recorder dump), and analyze reads the run."""
+    run_dir, report_dir = tmp_path / "run", tmp_path / "reports"
+    done = subprocess.run(record_cmd(run_dir, "hang_train.py", "--hang-at", "4", "--timeout-s", "5"),
+                          env=job_env(report_dir), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert done.returncode != 0
+    manifest = load(run_dir / "manifest.json")
+    for info in manifest["ranks"]:
+        assert info["window_status"] == "ended_during_active" and info["optimizer_steps"] == 4
+        assert set(info["files"]) >= {"trace", "flight_recorder"}
+    analyzed = subprocess.run([sys.executable, "-m", "commprof", "analyze", str(run_dir), "--format", "json"],
+                              capture_output=True, text=True, env=job_env(report_dir), timeout=JOB_TIMEOUT_S)
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert len(json.loads(analyzed.stdout)["ranks"]) == 4

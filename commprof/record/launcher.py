@@ -161,7 +161,8 @@ def _finish(run_dir: Path, doc: dict[str, Any], returncode: int, settings: Recor
     except OSError as err:  # the manifest itself could not be written (full disk, file system gone)
         sidecars, unwritten = manifest.read_sidecars(run_dir)[0], err
     traces = sorted(str(p.relative_to(run_dir)) for p in (run_dir / "raw" / "traces").glob("rank-*.json.gz"))
-    warnings = window_warnings(sidecars, settings, disk_full=disk_full)
+    warnings = window_warnings(sidecars, settings, disk_full=disk_full) if sidecars or not disk_full else [
+        "no rank could write its status file (the disk is full): whether they profiled is unknown"]
     if disk_full:
         warnings.insert(0, f"the disk holding {run_dir} is full ({(free or 0) >> 20} MiB free): ranks could not "
                            "write their traces or update their status files")

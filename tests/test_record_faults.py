@@ -145,3 +145,15 @@ def test_a_gloo_timeout_leaves_traces_and_flight_recorder(tmp_path: Path) -> Non
                               capture_output=True, text=True, env=job_env(report_dir), timeout=JOB_TIMEOUT_S)
     assert analyzed.returncode == 0, analyzed.stderr
     assert len(json.loads(analyzed.stdout)["ranks"]) == 4
+
+
+@pytest.mark.parametrize("mode", ["own-handler", "child"])
+def test_sigterm_flush_never_takes_a_sigterm_that_is_not_ours(tmp_path: Path, mode: str) -> None:
+    """A script's own SIGTERM handler (a checkpoint on preemption) keeps SIGTERM, and a forked child's
+    SIGTERM (a DataLoader worker stopped) never ends the rank."""
+    run_dir, report_dir = tmp_path / "run", tmp_path / "reports"
+    done = subprocess.run([sys.executable, "-m", "commprof", "record", "-o", str(run_dir), "--no-analyze", "--",
+                           sys.executable, str(SCRIPTS / "sigterm_script.py"), "--mode", mode],
+                          env=job_env(report_dir), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert load(report_dir / "done.json")["how"] == ("handler" if mode == "own-handler" else "end")

@@ -56,6 +56,9 @@ class TermFlush:
             os.close(read_fd)
             os.close(write_fd)
             return True
+        # a forked child (a DataLoader worker) inherits the wakeup fd: its own SIGTERM must not wake our
+        # watcher, so the child's copy of the write end points at /dev/null
+        os.register_at_fork(after_in_child=lambda: _silence(write_fd))
         threading.Thread(target=self._watch, args=(read_fd,), name="commprof-sigterm", daemon=True).start()
         return True
 
@@ -76,6 +79,8 @@ class TermFlush:
                 return
             if signal.SIGTERM not in data or os.getpid() != self._pid:
                 continue
+            if signal.getsignal(signal.SIGTERM) != self._on_main_thread:
+                continue  # the script installed its own handler since: SIGTERM is its business
             if self._started.wait(GRACE_S):
                 return  # the main thread flushes and then ends the process
             frame = sys._current_frames().get(self._main_ident) if self._main_ident else None
@@ -93,6 +98,13 @@ class TermFlush:
                 self.flush("SIGTERM", where, on_main_thread)
         finally:
             self._lock.release()
+
+
+def _silence(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
 
 
 def where_frame(frame: FrameType | None) -> str:

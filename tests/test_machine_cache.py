@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from machine_faults import fill, full_disk, read_only, temporaries
+from machine_faults import fill, fsize_limit_preexec, full_disk, read_only, temporaries
 
 import commprof
 from commprof.errors import CommprofError
@@ -191,3 +191,15 @@ def test_outputs_on_a_full_disk_are_one_line_and_leave_nothing(sample_run: Path,
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and str(target) in lines[0] and "no space left on device" in lines[0], result.stderr
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no half file, no temporary
+
+
+def test_a_file_size_limit_is_one_line_too_for_any_user(sample_run: Path) -> None:
+    """Without root (no tmpfs): RLIMIT_FSIZE makes the cache's writes fail (EFBIG) the way a full disk does."""
+    result = subprocess.run([sys.executable, "-m", "commprof", "analyze", str(sample_run)], capture_output=True,
+                            text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            preexec_fn=fsize_limit_preexec(4 << 10))
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"commprof: error: {sample_run / 'tables'}: cannot write the "
+                                                   "table cache: file too large"), result.stderr
+    assert temporaries(sample_run) == []

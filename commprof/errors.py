@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+# C0 and C1 controls, DEL, and the Unicode line and paragraph separators: a file name holding one would
+# break a one-line message in two, or fake a "commprof: ..." line of its own
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``): one message, one line."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                                             else f"\\u{ord(m.group()):04x}"), text)
 
 
 class CommprofError(Exception):
@@ -17,7 +29,7 @@ class CommprofError(Exception):
         if self.path:
             parts.append(self.path + (f" ({where})" if where else ""))
         parts.append(message)
-        super().__init__(": ".join(parts))
+        super().__init__(printable(": ".join(parts)))
 
 
 class InputError(CommprofError):

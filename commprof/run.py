@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from commprof.errors import InputError
+from commprof.errors import InputError, printable
 from commprof.ingest import store
 from commprof.ingest.discover import Source, discover, manifest_warnings
 from commprof.ingest.runner import ProgressFn, Runner
@@ -130,7 +130,7 @@ class Run:
         merged = (
             self._scan("process_groups").collect()
             .with_columns(pl.col("ranks").list.len().alias("_n"))
-            .sort("_n", descending=True)
+            .sort("_n", descending=True, maintain_order=True)  # ties in rank order: the same page every time
             .group_by("pg", maintain_order=True)
             .agg(
                 pl.col("desc").drop_nulls().first(),
@@ -302,5 +302,7 @@ def open_run(
     wanted = None if ranks is None else frozenset(ranks)
     ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress, runner, wanted)
     rank_files, warnings = _assign_ranks(ingested, wanted, allow_partial)
-    warnings = [*source.problems, *ingested.problems, *manifest_warnings(source.manifest), *warnings]
+    # one line each, whatever the file names in them hold (the one place Run warnings are made printable)
+    warnings = [printable(w) for w in (*source.problems, *ingested.problems, *manifest_warnings(source.manifest),
+                                       *warnings)]
     return Run(source, ingested, rank_files, warnings)

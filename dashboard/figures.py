@@ -243,10 +243,11 @@ def skew_calls_figure(waits: pl.DataFrame, straggler: int | None, title_suffix: 
         return _empty(title, "no collective was seen by more than one rank")
     cols = waits.group_by("key").agg(pl.col("first_ns").first(), pl.col("wait_ns").max().alias("_max"),
                                      pl.col("label").first(), pl.col("step").first())
+    # ties (calls of several DP groups that start together) broken by key: group_by's order is random
     if cols.height > MAX_SKEW_COLUMNS:
-        cols = cols.sort("_max", descending=True).head(MAX_SKEW_COLUMNS)
+        cols = cols.sort("_max", "key", descending=[True, False]).head(MAX_SKEW_COLUMNS)
         title += f" — the {MAX_SKEW_COLUMNS} most skewed calls"
-    cols = cols.sort("first_ns")
+    cols = cols.sort("first_ns", "key")
     ranks = sorted(waits["rank"].unique().to_list())
     col_index = {k: i for i, k in enumerate(cols["key"].to_list())}
     row_index = {r: i for i, r in enumerate(ranks)}

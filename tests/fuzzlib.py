@@ -399,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=int, default=1000)
     parser.add_argument("--reports", type=int, default=300)
     parser.add_argument("--configs", type=int, default=300)
+    parser.add_argument("--operator", type=int, default=30,
+                        help="operator faults: kills, concurrent runs, full disks (tests/fuzz_operator.py)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--show", type=int, default=5, help="failures printed per kind")
     args = parser.parse_args(argv)
@@ -416,6 +418,15 @@ def main(argv: list[str] | None = None) -> int:
             for failure in tally.failures[: args.show]:
                 print("  " + failure.replace("\n", "\n  "), flush=True)
             failed += len(tally.failures)
+        if args.operator > 0:
+            from fuzz_operator import fuzz_operator
+
+            t0 = time.perf_counter()
+            operator = fuzz_operator(scratch, args.operator, args.seed)
+            print(f"{operator.summary()}; {time.perf_counter() - t0:.0f} s", flush=True)
+            for failure in operator.failures[: args.show]:
+                print("  " + failure.replace("\n", "\n  "), flush=True)
+            failed += len(operator.failures)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"fuzz: {failed} failures in {time.perf_counter() - start:.0f} s")

@@ -1,5 +1,5 @@
-"""The Parquet cache (DESIGN §3, tables/): keyed by each raw file's size and mtime and the ingest
-version, so a stale table is never used and a changed rank is re-parsed alone."""
+"""The Parquet cache (DESIGN §3, tables/): keyed by each raw file's size, mtime, ctime, inode and content
+hash and the ingest version, so a stale table is never used and a changed rank is re-parsed alone."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from machine_faults import read_only
 from polars.testing import assert_frame_equal
 
 import commprof
@@ -123,40 +124,12 @@ def test_single_file_input_caches_under_the_user_cache_dir(sample_run: Path, use
     assert_same_tables(first, second)
 
 
-def unwritable(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``folder`` look read-only to ingest: chmod where that works, else os.access says so
-    (root ignores permission bits, so chmod alone proves nothing there)."""
-    real_access = os.access
-
-    def access(path: Any, mode: int, *args: Any, **kwargs: Any) -> bool:
-        if mode & os.W_OK and Path(path).resolve() == folder.resolve():
-            return False
-        return real_access(path, mode, *args, **kwargs)
-
-    monkeypatch.setattr(store.os, "access", access)
-
-
-def test_unwritable_folder_caches_under_the_user_cache_dir(
-    sample_run: Path, user_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    unwritable(sample_run, monkeypatch)
-    first = commprof.open_run(sample_run, jobs=1)
-    assert first.ingested.cache.is_relative_to(user_cache_dir)
-    assert not (sample_run / "tables").exists()
-    assert commprof.open_run(sample_run, jobs=1).ingested.parsed == 0
-
-
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
-                    reason="root writes into a chmod 0o555 folder anyway; see the os.access variant")
 def test_read_only_folder_caches_under_the_user_cache_dir(sample_run: Path, user_cache_dir: Path) -> None:
-    sample_run.chmod(0o555)
-    try:
+    with read_only(sample_run):  # a read-only bind mount as root, chmod a-w otherwise
         run = commprof.open_run(sample_run, jobs=1)
         assert run.ingested.cache.is_relative_to(user_cache_dir)
         assert not (sample_run / "tables").exists()
         assert commprof.open_run(sample_run, jobs=1).ingested.parsed == 0
-    finally:
-        sample_run.chmod(0o755)
 
 
 def test_parallel_parse_gives_the_same_tables(

@@ -28,3 +28,14 @@ def test_fuzzed_inputs_keep_the_promise(kind: str, tmp_path: Path) -> None:
     print(tally.summary(kind))
     assert tally.cases >= BUDGET[kind] // 2  # hypothesis may stop early on a small space, never at none
     assert not tally.failures, "\n\n".join(tally.failures[:3])
+
+
+@pytest.mark.slow
+def test_operator_faults_keep_the_promise(tmp_path: Path) -> None:
+    """Issue 22: a kill -9 of a pool, concurrent commands on one folder, a full disk; then a clean re-run."""
+    from fuzz_operator import fuzz_operator
+
+    tally = fuzz_operator(tmp_path, 3, None)  # one of each kind
+    print(tally.summary())
+    assert tally.cases == 3
+    assert not tally.failures, "\n".join(tally.failures[:5])

@@ -41,7 +41,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except CommprofError as err:
-            click.echo(f"commprof: error: {err}", err=True)
+            click.echo(f"commprof: error: {err}", err=True)  # printable: CommprofError escapes its message
             sys.exit(err.exit_code)
         except BrokenPipeError:
             # `commprof ... | head`: the reader is gone, which is not an error to report. Point stdout at
@@ -49,6 +49,13 @@ class LazyGroup(click.Group):
             # with 1 as click and rich do for the same case (rich's consoles handle it themselves).
             _silence_stdout()
             sys.exit(1)
+        except OSError as err:
+            # a write or read the command did not expect to fail (a disk that filled up under it): one line
+            from commprof.errors import printable
+
+            where = f"{err.filename}: " if err.filename else ""
+            click.echo(printable(f"commprof: error: {where}{(err.strerror or str(err)).lower()}"), err=True)
+            sys.exit(2)
 
 
 def _silence_stdout() -> None:

@@ -123,9 +123,7 @@ def write_output(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=not text.endswith("\n"))
         return
-    try:
-        output.write_text(text if text.endswith("\n") else text + "\n")
-    except OSError as err:
-        from commprof.errors import UsageError
+    from commprof.safe_write import atomic_write_text
 
-        raise UsageError(f"cannot write the report: {err.strerror}", output) from None
+    # whole or not at all: a full disk leaves the previous report (or none), never half of one
+    atomic_write_text(output, text if text.endswith("\n") else text + "\n", "the report")

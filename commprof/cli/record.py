@@ -66,8 +66,10 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
         if command and _torch_missing() and Path(command[0]).name in TORCH_LAUNCHERS:
             raise CommandNotFound(f"{err} ({NO_TORCH})") from None
         raise
+    from commprof.errors import printable
+
     for line in result.warnings:
-        click.echo(f"commprof: warning: {line}", err=True)
+        click.echo(printable(f"commprof: warning: {line}"), err=True)
     if not result.traces and _torch_missing():
         click.echo(f"commprof: note: {NO_TORCH}", err=True)
     click.echo(f"commprof: run directory {result.run_dir} ({len(result.traces)} trace"

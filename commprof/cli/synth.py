@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -88,7 +89,7 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
     cluster (Kineto traces, NCCL logs, topology, manifest marked synthetic) and truth.json beside the
     manifest with the answers a correct analysis must give."""
     from commprof.errors import UsageError
-    from commprof.synth import SynthConfig, generate
+    from commprof.synth import SynthConfig
     from commprof.synth.config import parse_layout_text, parse_version
 
     sizes, order = parse_layout_text(layout)
@@ -106,8 +107,30 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
         if not force:
             raise UsageError(f"{out} exists and is not empty (pass --force to replace it)")
         shutil.rmtree(out)
-    truth = generate(cfg, out, ["commprof", "synth", *sys.argv[2:]])
+    truth = _generate_whole(cfg, out)
     click.echo(f"wrote {out}: {cfg.world_size} ranks on {nodes} hosts, {steps} steps (synthetic); "
                f"answers in {out / 'truth.json'}")
     if truth["findings"]["expected"]:
         click.echo("expected findings: " + ", ".join(f["id"] for f in truth["findings"]["expected"]))
+
+
+def _generate_whole(cfg: Any, out: Path) -> dict[str, Any]:
+    """Generate into a hidden sibling folder renamed to OUT at the end: a full disk or a kill mid-way
+    leaves no half run that a later analyze would read as a whole one."""
+    from commprof.safe_write import WriteError, remove_quietly, temporary_name
+    from commprof.synth import generate
+
+    out = out.absolute()
+    staging = temporary_name(out)
+    try:
+        truth = generate(cfg, staging, ["commprof", "synth", *sys.argv[2:]])
+        if out.exists():
+            out.rmdir()  # empty (checked above): a folder is only renamed over an empty one
+        staging.rename(out)
+    except OSError as err:
+        remove_quietly(staging)
+        raise WriteError("the synthetic run", out, err) from None
+    except BaseException:
+        remove_quietly(staging)
+        raise
+    return truth

@@ -29,7 +29,6 @@ def topology(path: Path, fmt: str, output: Path | None) -> None:
     process groups and topology captures instead, and says what is missing."""
     from rich.console import Console
 
-    from commprof.errors import InputError
     from commprof.ingest.nccl import build_tables, load_nccl
     from commprof.ingest.nccl.load import NoNcclLogs
     from commprof.nccl import render, summarize
@@ -43,18 +42,22 @@ def topology(path: Path, fmt: str, output: Path | None) -> None:
         from commprof.nccl.without_logs import render_without_logs
 
         draw = render_without_logs
-    try:
-        out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
-    except OSError as err:
-        raise InputError(f"cannot write output ({err.strerror})", output) from err
-    try:
+    if output is None:
         if fmt == "json":
-            out.write(json.dumps(summary, indent=2) + "\n")
+            sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         else:
-            draw(summary, Console(file=out, width=140) if output else Console())
-    finally:
-        if output:
-            out.close()
+            draw(summary, Console())
+        return
+    from commprof.safe_write import atomic_write
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8") as out:
+            if fmt == "json":
+                out.write(json.dumps(summary, indent=2) + "\n")
+            else:
+                draw(summary, Console(file=out, width=140))
+
+    atomic_write(output, write, "output")
 
 
 def _without_logs(path: Path, err: Exception) -> dict[str, Any]:

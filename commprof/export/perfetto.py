@@ -243,5 +243,11 @@ def _pg_config(analysis: Analysis) -> list[dict[str, Any]]:
 
 
 def write(trace: dict[str, Any], path: Path) -> None:
-    with path.open("w", encoding="utf-8") as handle:
-        json.dump(trace, handle, separators=(",", ":"))
+    """Whole or not at all (a full disk raises WriteError and leaves no half file)."""
+    from commprof.safe_write import atomic_write
+
+    def dump(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8") as handle:
+            json.dump(trace, handle, separators=(",", ":"))
+
+    atomic_write(path, dump, "the export")

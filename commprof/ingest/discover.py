@@ -6,6 +6,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,31 @@ def is_trace_name(name: str) -> bool:
 
 
 def _walk(folder: Path, problems: list[str]) -> list[Path]:
+    """Trace files under ``folder``. Links to folders are followed (a ``raw/traces`` that is a link to
+    another disk is common), each real folder once: a link back up the tree is passed over with a line."""
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
+    # a folder above the one walked is a loop too (a link to ".."): its ancestors count as read
+    seen = {(st.st_dev, st.st_ino) for st in _stats(Path(os.path.realpath(folder)).parents)}
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            problems.append(f"{dirpath}: a link back to a folder already read (a loop); not followed again")
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
         dirnames[:] = sorted(d for d in dirnames if d not in SIDECAR_DIRS and not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             if is_trace_name(name) and _regular(path, problems):
                 found.append(path)
     return found
+
+
+def _stats(paths: Iterable[Path]) -> list[os.stat_result]:
+    return [path.stat() for path in paths if path.exists()]
 
 
 def _regular(path: Path, problems: list[str]) -> bool:
@@ -139,6 +157,16 @@ def manifest_warnings(manifest: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def _why_no_traces(run_dir: Path, manifest: dict[str, Any]) -> str:
+    """What ``commprof record`` noted about a job that left no trace (killed while hung: where each
+    rank was), and the Flight Recorder dumps it kept."""
+    notes = [n for n in manifest.get("notes") or [] if isinstance(n, str) and n.startswith(("killed by", "no trace"))]
+    folder = run_dir / "raw" / "flight_recorder"
+    dumps = len(list(folder.glob("rank-*.json"))) if folder.is_dir() else 0
+    kept = f"; Flight Recorder dumps of {dumps} rank(s) are in {folder}" if dumps else ""
+    return f": {'; '.join(notes)}{kept}" if notes else f" (did the job reach its profiling window?){kept}"
+
+
 def discover(path: str | Path) -> Source:
     p = Path(path).expanduser()
     if not p.exists():
@@ -158,7 +186,7 @@ def discover(path: str | Path) -> Source:
         raw = p / "raw"
         traces = _walk(raw, problems) if raw.is_dir() else []
         if not traces:
-            raise InputError("run directory has no traces under raw/ (did the job reach its profiling window?)"
+            raise InputError("run directory has no traces under raw/" + _why_no_traces(p, manifest)
                              + (f"; {problems[-1]}" if problems else ""), p)
         return Source(p, "run", p, tuple(traces), manifest, tuple(problems))
     traces = _walk(p, problems)

@@ -21,6 +21,8 @@ import gc
 import multiprocessing
 import os
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -79,7 +81,24 @@ def guarded(fn: Callable[..., Any], *args: Any) -> Outcome:
 _WORKER_JEMALLOC = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 
-def _init_worker(threads: int = 0) -> None:
+PARENT_CHECK_S = 0.25  # how often a worker looks whether its parent still runs
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """A pool worker blocks on its task queue and would outlive a parent killed with SIGKILL by minutes
+    (with the resource tracker, which waits for every worker): end with the parent instead. A polling
+    thread, not PR_SET_PDEATHSIG, which fires when the *thread* that started the worker ends (a dashboard
+    request thread), not the process."""
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_CHECK_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="commprof-parent-watch", daemon=True).start()
+
+
+def _init_worker(threads: int = 0, parent_pid: int | None = None) -> None:
     """Runs in each pool worker before any task (so before polars loads its allocator and starts its
     thread pool). ``threads``: the cores this worker's polars may use — the pool already has a process
     per core, and each idle polars thread holds memory of its own (a 20 MB trace's task peaked ~6 MB
@@ -87,6 +106,10 @@ def _init_worker(threads: int = 0) -> None:
     os.environ.setdefault("_RJEM_MALLOC_CONF", _WORKER_JEMALLOC)
     if threads > 0:
         os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
+    if parent_pid is not None:
+        if os.getppid() != parent_pid:  # the parent died while this worker started
+            os._exit(1)
+        _watch_parent(parent_pid)
 
 
 _TRIM_ABOVE_BYTES = 48 << 20  # resident growth since the worker's first task that is handed back
@@ -248,7 +271,8 @@ class LocalPool(Runner):
         process does the work; a pool that breaks later broke on a task (see _retry_alone)."""
         self.workers = n
         self._pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_init_worker, initargs=(max(1, usable_cpus() // n),))
+                                         initializer=_init_worker,
+                                         initargs=(max(1, usable_cpus() // n), os.getpid()))
         try:
             self._pool.submit(os.getpid).result()
         except BrokenProcessPool:
@@ -289,7 +313,8 @@ class LocalPool(Runner):
         fails."""
         context = multiprocessing.get_context("spawn")
         for i in lost:
-            with ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_init_worker) as alone:
+            with ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_init_worker,
+                                     initargs=(0, os.getpid())) as alone:
                 try:
                     results[i] = alone.submit(pooled, fn, *tasks[i]).result()
                 except BrokenProcessPool:

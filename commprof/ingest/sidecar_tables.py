@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,14 +265,13 @@ _NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder", "nccl_setup")
 
 
 def _write_cache(folder: Path, key: str, tables: SidecarTables) -> None:
+    from commprof.safe_write import WriteError, atomic_write
+
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         for name in _NAMES:
-            tmp = folder / f".{name}.{os.getpid()}.parquet"
-            getattr(tables, name).write_parquet(tmp)
-            os.replace(tmp, folder / f"{name}.parquet")
-        tmp = folder / f".key.{os.getpid()}.json"
-        tmp.write_text(json.dumps({"key": key, "warnings": list(tables.warnings)}))
-        os.replace(tmp, folder / "key.json")
-    except OSError:
-        pass  # a read-only cache only costs a re-parse next time
+            atomic_write(folder / f"{name}.parquet", getattr(tables, name).write_parquet, "the sidecar tables",
+                         make_parents=True)
+        atomic_write(folder / "key.json", lambda tmp: tmp.write_text(json.dumps(
+            {"key": key, "warnings": list(tables.warnings)})), "the sidecar tables", make_parents=True)
+    except (WriteError, pl.exceptions.PolarsError):
+        pass  # a read-only or full cache only costs a re-parse next time (temporary files are removed)

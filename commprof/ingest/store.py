@@ -1,10 +1,13 @@
 """The Parquet cache under ``tables/``: one set of files per raw trace, keyed by the trace's size,
-mtime and the ingest version, so that a stale table is never used and a changed rank is re-parsed
-alone. Raw traces are parsed as one task each on a runner (commprof.ingest.runner).
+mtime, ctime, inode and content hash and the ingest version (see commprof.ingest.cache_place), so that a
+stale table is never used and a changed rank is re-parsed alone. Raw traces are parsed as one task each
+on a runner (commprof.ingest.runner). Every file is written under a temporary name and renamed (the index
+last): a process killed or a disk filled mid-way leaves nothing that a later open trusts.
 
 Layout::
 
-    tables/_index.json                 {ingest_version, files: {relpath: {size, mtime_ns, stem, meta}}}
+    tables/_index.json                 {ingest_version, files: {relpath: {size, mtime_ns, ctime_ns, ino,
+                                        digest, stem, meta}}}
     tables/<table>/<stem>.parquet      intervals, collectives, step_marks, process_groups
 
 ``meta`` is the trace's rank identity and warnings: a re-open of a 1,000-rank run reads one index
@@ -15,9 +18,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import os
-import tempfile
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +28,8 @@ from typing import Any
 
 import polars as pl
 
-from commprof.errors import InputError, TruncatedTraceError
+from commprof.errors import CommprofError, InputError, TruncatedTraceError
+from commprof.ingest import cache_place
 from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
 from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
@@ -33,6 +37,7 @@ from commprof.ingest.rank_sidecar import clean_sidecar
 from commprof.ingest.runner import ProgressFn, Runner, make_runner
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.stream import NotATraceError
+from commprof.safe_write import CACHE_HINT, WriteError, atomic_write_bytes
 
 TABLES = ("intervals", "collectives", "step_marks", "process_groups")
 INDEX = "_index.json"
@@ -46,17 +51,17 @@ class FileEntry:
     size: int
     mtime_ns: int
     label: str = ""  # the file as the user gave it, for messages (a split export's parts: "<export>#rank-N")
+    ctime_ns: int = 0  # with ino: what an edit in place or a copy cannot keep (see cache_place)
+    ino: int = 0
+
+    @property
+    def stat_key(self) -> tuple[int, int, int, int]:
+        return self.size, self.mtime_ns, self.ctime_ns, self.ino
 
 
 def default_cache_dir(source: Source) -> Path:
-    """Under ``COMMPROF_CACHE_DIR`` when it is set; else ``tables/`` beside the raw files when that folder
-    is writable, else a per-user cache."""
-    env = os.environ.get("COMMPROF_CACHE_DIR")
-    if not env and source.kind != "file" and os.access(source.root, os.W_OK):
-        return source.root / "tables"
-    base = Path(env or Path.home() / ".cache" / "commprof")
-    digest = hashlib.sha1(str(source.path.resolve()).encode()).hexdigest()[:16]
-    return base / digest
+    """Where the cache of ``source`` is written when that place is writable (see cache_place.choose)."""
+    return cache_place.default_places(source)[0]
 
 
 def _entries(source: Source) -> list[FileEntry]:
@@ -65,8 +70,12 @@ def _entries(source: Source) -> list[FileEntry]:
         st = path.stat()
         rel = str(path.relative_to(source.root))
         stem = hashlib.sha1(rel.encode()).hexdigest()[:12] + "-" + path.name.split(".")[0][:40]
-        out.append(FileEntry(path, rel, stem, st.st_size, st.st_mtime_ns))
+        out.append(FileEntry(path, rel, stem, st.st_size, st.st_mtime_ns, ctime_ns=st.st_ctime_ns, ino=st.st_ino))
     return out
+
+
+def _recorded_key(rec: dict[str, Any]) -> tuple[Any, ...]:
+    return rec.get("size"), rec.get("mtime_ns"), rec.get("ctime_ns"), rec.get("ino")
 
 
 EXPORT_MARK = EXPORT_FORMAT.encode()
@@ -91,11 +100,11 @@ def _expand_exports(entries: list[FileEntry], cache: Path, known: dict[str, Any]
     out: list[FileEntry] = []
     for entry in entries:
         rec = known.get(entry.rel) or {}
-        if (rec.get("size"), rec.get("mtime_ns")) == (entry.size, entry.mtime_ns) or not _is_merged_export(entry.path):
+        if _recorded_key(rec) == entry.stat_key or not _is_merged_export(entry.path):
             out.append(entry)
             continue
         folder = cache / "split" / entry.stem
-        key = f"{entry.size}:{entry.mtime_ns}"
+        key = ":".join(str(v) for v in entry.stat_key)
         marker = folder / ".source"
         if not marker.is_file() or marker.read_text() != key:
             from commprof.ingest.exports import split_by_rank
@@ -106,34 +115,37 @@ def _expand_exports(entries: list[FileEntry], cache: Path, known: dict[str, Any]
             except (OSError, ValueError, RecursionError) as err:
                 raise InputError(f"unreadable commprof export: {err}", entry.path) from None
             for rank, part in split_by_rank(trace).items():
-                _atomic_write_bytes(folder / f"rank-{rank}.json", json.dumps(part).encode())
-            _atomic_write_bytes(marker, key.encode())
+                _cache_write(cache, folder / f"rank-{rank}.json", json.dumps(part).encode())
+            _cache_write(cache, marker, key.encode())
         for part_path in sorted(folder.glob("rank-*.json")):
             suffix = part_path.name.split(".")[0]
             out.append(FileEntry(part_path, f"{entry.rel}#{suffix}", f"{entry.stem}-{suffix}", entry.size,
-                                 entry.mtime_ns, f"{entry.path}#{suffix}"))
+                                 entry.mtime_ns, f"{entry.path}#{suffix}", entry.ctime_ns, entry.ino))
     return out
 
 
-def _atomic_write_bytes(target: Path, data: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, target)
+def _cache_write(cache: Path, target: Path, data: bytes) -> None:
+    """Written whole or not at all; a failure (full disk) is one line naming the cache folder."""
+    try:
+        atomic_write_bytes(target, data, "the table cache", make_parents=True)
+    except WriteError as err:
+        raise WriteError("the table cache", cache, OSError(err.errno, os.strerror(err.errno or 5)),
+                         CACHE_HINT) from None
 
 
-def _write_frame(frame: pl.DataFrame, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
-    frame.write_parquet(tmp, compression="zstd", statistics=False)
-    os.replace(tmp, target)
+def _write_frame(frame: pl.DataFrame, target: Path, cache: Path) -> None:
+    # through a buffer: polars reports a full disk as a ComputeError without its errno
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer, compression="zstd", statistics=False)
+    _cache_write(cache, target, buffer.getvalue())
 
 
 def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Parse one raw trace and write its tables (runs in a worker process)."""
+    """Parse one raw trace and write its tables (runs in a worker process). A cache that cannot be
+    written comes back as ``cache_error`` (the whole ingest stops on it, not just this rank)."""
     label = entry.label or str(entry.path)
     try:
+        digest = cache_place.content_digest(entry.path)  # before the parse: an edit during it shows next time
         rank_trace: RankTrace = extract(entry.path, sidecars, label=label)
     except TruncatedTraceError as err:
         return {"file": label, "rel": entry.rel, "skipped": str(err), "warnings": [f"{err}; rank skipped"]}
@@ -158,9 +170,13 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
         "warnings": rank_trace.warnings,
         "n_intervals": len(rank_trace.intervals),
         "corrupt": rank_trace.corrupt,
+        "digest": digest,
     }
-    for table in TABLES:
-        _write_frame(getattr(rank_trace, table), cache / table / f"{entry.stem}.parquet")
+    try:
+        for table in TABLES:
+            _write_frame(getattr(rank_trace, table), cache / table / f"{entry.stem}.parquet", cache)
+    except WriteError as err:
+        return {"file": label, "rel": entry.rel, "cache_error": str(err)}
     return meta
 
 
@@ -173,6 +189,9 @@ def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: lis
         todo = [replace(e, path=e.path.absolute(), label=e.label or str(e.path)) for e in todo]
     weights = [_text_bytes(e) for e in todo]
     outcomes = runner.run(parse_one, [(e, cache, sidecars) for e in todo], weights, "ingest", progress)
+    cache_errors = [o.value["cache_error"] for o in outcomes if isinstance(o.value, dict) and "cache_error" in o.value]
+    if cache_errors:
+        raise CommprofError(cache_errors[0])
     metas = []
     for entry, outcome in zip(todo, outcomes, strict=True):
         if outcome.error is None:
@@ -198,7 +217,7 @@ def _text_bytes(entry: FileEntry) -> int:
 
 def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], str]:
     """The rank sidecars of a ``commprof record`` run (raw/ranks/rank-N.json) and a signature of
-    their sizes and mtimes (part of the cache key: they change how Gloo ops are attributed). Fields
+    their contents (part of the cache key: they change how Gloo ops are attributed). Fields
     of the wrong shape are dropped, each with a line in ``problems``."""
     folder = source.root / "raw" / "ranks"
     if source.kind != "run" or not folder.is_dir():
@@ -210,15 +229,15 @@ def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[li
             if regular_file_problem(path):
                 problems.append(f"{path}: {regular_file_problem(path)}; skipped")
                 continue
-            st = path.stat()
-            data = json.loads(path.read_text())
+            text = path.read_text()
+            data = json.loads(text)
         except (OSError, ValueError, RecursionError):
             continue  # a rank killed while writing leaves no complete sidecar: its ops stay unattributed
         clean, dropped = clean_sidecar(data, str(path))
         problems.extend(dropped)
         if clean is not None:
             sidecars.append(clean)
-            signature.append(f"{path.name}:{st.st_size}:{st.st_mtime_ns}")
+            signature.append(f"{path.name}:{hashlib.sha1(text.encode()).hexdigest()}")
     return sidecars, hashlib.sha1("|".join(signature).encode()).hexdigest()
 
 
@@ -235,13 +254,30 @@ def _read_index(cache: Path, sidecar_key: str = "") -> dict[str, Any]:
     return files if isinstance(files, dict) else {}
 
 
-def _fresh(entry: FileEntry, known: dict[str, Any], cache: Path) -> bool:
+def _fresh(entry: FileEntry, known: dict[str, Any], cache: Path) -> str:
+    """"same": the file is the one parsed (same size, mtime, ctime, inode); "content": it was copied or
+    moved but holds the same bytes (its hash); "": it must be parsed again."""
     rec = known.get(entry.rel)
     if not rec or rec.get("size") != entry.size or rec.get("mtime_ns") != entry.mtime_ns:
-        return False
+        return ""
     if rec.get("stem") != entry.stem or not isinstance(rec.get("meta"), dict):
-        return False
-    return all((cache / t / f"{entry.stem}.parquet").is_file() for t in TABLES)
+        return ""
+    if not all((cache / t / f"{entry.stem}.parquet").is_file() for t in TABLES):
+        return ""
+    if _recorded_key(rec) == entry.stat_key:
+        return "same"
+    try:
+        return "content" if rec.get("digest") == cache_place.content_digest(entry.path) else ""
+    except OSError:
+        return ""
+
+
+def _up_to_date(source: Source, sidecar_key: str) -> Any:
+    """For cache_place.choose: does ``folder`` hold every trace of ``source``, fresh?"""
+    def check(folder: Path) -> bool:
+        known = _read_index(folder, sidecar_key)
+        return bool(known) and all(_fresh(e, known, folder) for e in _entries(source))
+    return check
 
 
 @dataclass
@@ -275,13 +311,12 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     """Parse what is not cached (on ``runner``; a local pool sized to the machine by default) and
     return every trace's cache entry. ``ranks``: only the traces of these ranks are opened (a trace
     whose rank is known neither from the cache nor from its file name is opened to learn it)."""
-    cache = (cache or default_cache_dir(source)).absolute()
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot create the table cache: {err.strerror}", cache) from None
     problems: list[str] = []
     sidecars, sidecar_key = read_sidecars(source, problems)
+    place = cache_place.choose(source, cache.absolute() if cache else None, _up_to_date(source, sidecar_key))
+    cache = place.folder.absolute()
+    if place.note:
+        problems.append(place.note)
     known = _read_index(cache, sidecar_key)
     everything = _expand_exports(_entries(source), cache, known)
     entries = everything
@@ -294,7 +329,8 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
                 entries.append(e)
             else:
                 left_out_ranks.add(rank)
-    todo = [e for e in entries if not _fresh(e, known, cache)]
+    freshness = {e.rel: _fresh(e, known, cache) for e in entries}
+    todo = [e for e in entries if not freshness[e.rel]]
     own = runner or make_runner(jobs)
     try:
         fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress)}
@@ -304,15 +340,24 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     metas = [fresh_metas[e.rel] if e.rel in fresh_metas else known[e.rel]["meta"] for e in entries]
     _refuse_if_no_traces(source, metas)
     listed = {e.rel for e in everything}
-    if todo or set(known) != listed:
-        files = {rel: rec for rel, rec in known.items() if rel in listed}  # ranks left out stay as they were
-        for entry, meta in zip(entries, metas, strict=True):
-            rec = {"size": entry.size, "mtime_ns": entry.mtime_ns, "stem": entry.stem}
-            files[entry.rel] = {**rec, "meta": meta} if not meta.get("skipped") else rec
-        index = {"ingest_version": INGEST_VERSION, "sidecars": sidecar_key, "files": files}
-        _atomic_write_bytes(cache / INDEX, json.dumps(index, indent=1).encode())
+    moved = any(f == "content" for f in freshness.values())  # copied: record the new ctime and inode
+    if place.writable and (todo or moved or set(known) != listed):
+        _write_index(cache, known, listed, entries, metas, sidecar_key)
     return Ingested(cache, entries, metas, len(todo), len(everything) - len(entries), problems=problems,
                     left_out_ranks=frozenset(left_out_ranks))
+
+
+def _write_index(cache: Path, known: dict[str, Any], listed: set[str], entries: list[FileEntry],
+                 metas: list[dict[str, Any]], sidecar_key: str) -> None:
+    """The index last, once every table it names is in place."""
+    files = {rel: rec for rel, rec in known.items() if rel in listed}  # ranks left out stay as they were
+    for entry, meta in zip(entries, metas, strict=True):
+        digest = meta.pop("digest", None) or (known.get(entry.rel) or {}).get("digest")
+        rec = {"size": entry.size, "mtime_ns": entry.mtime_ns, "ctime_ns": entry.ctime_ns, "ino": entry.ino,
+               "digest": digest, "stem": entry.stem}
+        files[entry.rel] = {**rec, "meta": meta} if not meta.get("skipped") else rec
+    index = {"ingest_version": INGEST_VERSION, "sidecars": sidecar_key, "files": files}
+    _cache_write(cache, cache / INDEX, json.dumps(index, indent=1).encode())
 
 
 def _refuse_if_no_traces(source: Source, metas: list[dict[str, Any]]) -> None:

@@ -77,7 +77,11 @@ def record(settings: RecordSettings, command: list[str], echo: Callable[[str], N
         rank_env = environment.build(os.environ, run_dir, settings, shim_dir, command)
         doc = manifest.start(command, settings.as_manifest(), rank_env.used)
         doc["notes"].extend(rank_env.notes)
-        manifest.write(run_dir, doc)
+        try:
+            manifest.write(run_dir, doc)
+        except OSError as err:  # the probe file was empty: a full disk shows here, before the job starts
+            raise UsageError(f"cannot write the manifest: {(err.strerror or str(err)).lower()}; free some space "
+                             "there or record elsewhere (-o)", run_dir / manifest.MANIFEST) from None
         say(f"commprof: recording into {run_dir}")
         returncode = run_child(command, rank_env.env, topology_for=run_dir if settings.topology else None)
         return _finish(run_dir, doc, returncode, settings)
@@ -157,7 +161,8 @@ def _finish(run_dir: Path, doc: dict[str, Any], returncode: int, settings: Recor
     except OSError as err:  # the manifest itself could not be written (full disk, file system gone)
         sidecars, unwritten = manifest.read_sidecars(run_dir)[0], err
     traces = sorted(str(p.relative_to(run_dir)) for p in (run_dir / "raw" / "traces").glob("rank-*.json.gz"))
-    warnings = window_warnings(sidecars, settings, disk_full=disk_full)
+    warnings = window_warnings(sidecars, settings, disk_full=disk_full) if sidecars or not disk_full else [
+        "no rank could write its status file (the disk is full): whether they profiled is unknown"]
     if disk_full:
         warnings.insert(0, f"the disk holding {run_dir} is full ({(free or 0) >> 20} MiB free): ranks could not "
                            "write their traces or update their status files")
@@ -186,7 +191,7 @@ def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings, di
     for sc in sidecars:
         window = sc.get("window") or {}
         if (sc.get("files") or {}).get("trace"):
-            if window.get("status") == "ended_during_active":
+            if window.get("status") in ("ended_during_active", "killed_during_active"):
                 partial.append(int(sc["rank"]))
             continue
         status = str(window.get("status"))
@@ -204,6 +209,11 @@ def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings, di
         "yielded_to_user_profiler": "the script started its own torch profiler during the window",
         "failed": "profiling failed (see the rank's warning)",
         "complete": "the rank ended before its trace was written out",
+        "killed_before_window": "the rank was killed before the profiling window opened",
+        "killed_during_warmup": "the rank was killed during the window's warm-up",
+        "killed_during_active_no_trace": "the rank was killed while recording with its training thread blocked "
+                                         "(a hang?), and only that thread can stop the profiler; its Flight "
+                                         "Recorder dump says which collective it waited in",
     }
     out = []
     for status, ranks in sorted(by_status.items()):
@@ -218,7 +228,27 @@ def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings, di
             f"the trace of rank{'s' if len(partial) > 1 else ''} {_ranges(partial)} is partial: "
             "the job ended while the window was recording"
         )
+    killed = kill_sites(sidecars)
+    if killed:
+        out.append(killed)
     return out
+
+
+def kill_sites(sidecars: list[dict[str, Any]]) -> str | None:
+    """Where each rank's training thread was when a signal ended it (the rank wrote it as it died)."""
+    sites: dict[str, list[int]] = {}
+    signals: set[str] = set()
+    for sc in sidecars:
+        window = sc.get("window") or {}
+        if window.get("killed_by"):
+            signals.add(str(window["killed_by"]))
+            step = window.get("optimizer_steps")
+            sites.setdefault(f"after optimizer step {step}, in {window.get('stopped_in')}", []).append(int(sc["rank"]))
+    if not sites:
+        return None
+    listed = "; ".join(f"rank{'s' if len(r) > 1 else ''} {_ranges(r)} {site}" for site, r in sorted(
+        sites.items(), key=lambda kv: min(kv[1])))
+    return f"killed by {'/'.join(sorted(signals))}: {listed}"
 
 
 def _ranges(ranks: list[int]) -> str:

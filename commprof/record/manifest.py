@@ -99,6 +99,8 @@ def merge_ranks(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
                 "backend": sc.get("backend"),
                 "window_status": window.get("status"),
                 "optimizer_steps": window.get("optimizer_steps"),
+                "killed_by": window.get("killed_by"),
+                "stopped_in": window.get("stopped_in"),
                 "files": _existing_files(run_dir, sc.get("files") or {}),
             }
         )

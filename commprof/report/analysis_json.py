@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from commprof.analyzers.bandwidth import BANDWIDTH_CONVENTION
+from commprof.errors import printable
 
 if TYPE_CHECKING:
     from commprof.analyzers.findings import Finding
@@ -111,7 +112,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
         "what_if": _what_if(analysis),
         "exposed_note": asdict(analysis.exposed_note) if analysis.exposed_note else None,
         "doubtful_ranks": analysis.doubtful_ranks.to_dicts(),
-        "warnings": list(analysis.warnings),
+        "warnings": [printable(w) for w in analysis.warnings],  # file names in them: one line each
     })
     return report
 

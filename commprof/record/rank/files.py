@@ -23,10 +23,22 @@ def tmp_name(final: str) -> str:
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
+    """On any failure (a full disk) the temporary file is removed and the error raised."""
     tmp = tmp_name(path)
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def atomic_write_json(path: str, obj: Any) -> None:
@@ -36,9 +48,13 @@ def atomic_write_json(path: str, obj: Any) -> None:
 def atomic_gzip_file(src: str, dest: str, level: int = 3) -> int:
     """Compress ``src`` into ``dest`` (written under a temporary name, then renamed); returns the size."""
     tmp = tmp_name(dest)
-    with open(src, "rb") as fin, open(tmp, "wb") as raw:
-        # mtime=0: the same trace gives the same bytes
-        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0) as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
-    os.replace(tmp, dest)
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as raw:
+            # mtime=0: the same trace gives the same bytes
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+        os.replace(tmp, dest)
+    except BaseException:
+        _remove(tmp)
+        raise
     return os.path.getsize(dest)

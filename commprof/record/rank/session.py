@@ -28,12 +28,13 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from . import flight
+from . import flight, signals
 from .annotate import Annotator
 from .config import RankConfig
 from .files import utc_now_iso
 from .groups import GroupThreads, describe_groups
 from .identity import RankIdentity
+from .profiler_guard import ProfilerEntryGuard
 from .sidecar import RankPaths, Sidecar, describe_rank
 from .trace import TraceWriter
 
@@ -63,7 +64,7 @@ class RankSession:
         self._user_profiler_seen = False
         self._warned = False
         self._hook_handle: Any = None
-        self._profiler_patches: list[tuple[Any, str, Any]] = []
+        self._profiler_guard = ProfilerEntryGuard(lambda: self._internal, self._user_profiler_starts)
         self.trace = TraceWriter(self.sidecar, self._warn)
         self.fr_enabled = self.window.flight_recorder and flight.buffer_size() > 0
 
@@ -77,44 +78,22 @@ class RankSession:
             self.threads.install(self.torch)
         optimizer_module = importlib.import_module("torch.optim.optimizer")
         self._hook_handle = optimizer_module.register_optimizer_step_post_hook(self._on_step)
-        self._patch_profiler_entry_points()
+        self._profiler_guard.install()
         if self.window.mode == "time" and self.annotator is not None:
             self.annotator.tick = self._guarded_tick
             self.annotator.install()
         atexit.register(self._at_exit)
+        signals.TermFlush(self._on_signal).install()
         self.sidecar.write()
         if self.window.mode == "steps" and self.window.wait == 0:
             self._owner = threading.get_ident()  # the thread importing torch: the script's own
             self._open_window()
 
-    def _patch_profiler_entry_points(self) -> None:
-        """Every torch profiler (torch.profiler, the legacy autograd one, emit_nvtx) starts through
-        these two module functions: if the user starts one while ours runs, ours steps aside first
-        (two at once leave one of them broken)."""
-        module = importlib.import_module("torch.autograd.profiler")
-        for name in ("_prepare_profiler", "_enable_profiler"):
-            original = getattr(module, name, None)
-            if original is None:
-                continue
-            setattr(module, name, self._guard_profiler_start(original))
-            self._profiler_patches.append((module, name, original))
-
-    def _guard_profiler_start(self, original: Any) -> Any:
-        session = self
-
-        def start_profiler(*args: Any, **kwargs: Any) -> Any:
-            if not session._internal:
-                session._user_profiler_seen = True
-                if session.state in (WARMUP, ACTIVE):
-                    session._yield_to_user_profiler()
-            return original(*args, **kwargs)
-
-        return start_profiler
-
-    def _unpatch_profiler_entry_points(self) -> None:
-        patches, self._profiler_patches = self._profiler_patches, []
-        for module, name, original in patches:
-            setattr(module, name, original)
+    def _user_profiler_starts(self) -> None:
+        """A profiler that is not ours starts: ours steps aside (see profiler_guard)."""
+        self._user_profiler_seen = True
+        if self.state in (WARMUP, ACTIVE):
+            self._yield_to_user_profiler()
 
     # ---- clock -------------------------------------------------------------------------------
 
@@ -236,8 +215,12 @@ class RankSession:
             window["recording_started_at"] = utc_now_iso()
             if self.window.mode == "steps":
                 window["first_profiler_step"] = self.prof.step_num
+        changed = new_state != self.state
         self.state = new_state
         self.sidecar.window["status"] = new_state
+        if changed:  # a rank killed with SIGKILL leaves this: its phase must be the true one
+            self.sidecar.window["optimizer_steps"] = self.steps
+            self.sidecar.write()
         if self.annotator is not None:
             if recording:
                 self.annotator.install()
@@ -285,7 +268,7 @@ class RankSession:
         # The step hook stays registered and returns at once from now on: removing it here, while
         # torch iterates over the global hooks that called us, breaks that iteration
         # ("OrderedDict mutated during iteration") whenever the user registered a hook after ours.
-        self._unpatch_profiler_entry_points()
+        self._profiler_guard.uninstall()
         if warning:
             self._warn(warning)
         self.sidecar.merge_groups(self._groups())
@@ -338,6 +321,39 @@ class RankSession:
             self.sidecar.write()
         except Exception as err:
             self._fail(err)
+
+    def _on_signal(self, name: str, where: str, on_owner_thread: bool) -> None:
+        """Killed (SIGTERM): write out what was recorded, say where the training thread was, keep the
+        Flight Recorder dump (in a hang, the record of which collective each rank waits in). The profiler
+        can only be stopped from the thread that drives it: when that thread is blocked (a hang) the
+        trace is lost and the sidecar says why; Flight Recorder and the sidecar are written either way."""
+        if os.getpid() != self._pid:
+            return
+        window = self.sidecar.window
+        window["killed_by"] = name
+        window["stopped_in"] = where
+        window["optimizer_steps"] = self.steps
+        state = self.state
+        status = {WAITING: "killed_before_window", WARMUP: "killed_during_warmup",
+                  ACTIVE: "killed_during_active"}.get(state)
+        try:
+            if state == ACTIVE and on_owner_thread:
+                stall_started = time.perf_counter()
+                with self._as_internal(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.prof.stop()
+                self._close_window(stall_started, status="killed_during_active")  # dumps Flight Recorder
+            elif status is not None:
+                if state == ACTIVE:
+                    window["trace_lost"] = "the training thread was blocked; only it can stop the profiler"
+                self._discard = True  # a profiler stopped later (never, here) must not write half a trace
+                self._finish(status if on_owner_thread or state != ACTIVE else f"{status}_no_trace", None)
+        finally:
+            if not (state == ACTIVE and on_owner_thread):
+                self._dump_flight_recorder()
+            self.trace.wait(timeout_s=signals.FLUSH_TIMEOUT_S / 2)
+            self.sidecar.data["ended_at"] = utc_now_iso()
+            self.sidecar.write()
 
     def _fail(self, err: BaseException) -> None:
         try:

@@ -37,6 +37,7 @@ class Sidecar:
     def __init__(self, config: RankConfig, identity: RankIdentity, paths: RankPaths) -> None:
         self.paths = paths
         self.lock = threading.Lock()
+        self.unwritten: OSError | None = None  # the last write that failed (a full disk)
         window = config.window
         steps = window.mode == "steps"
         self.data: dict[str, Any] = {
@@ -105,10 +106,15 @@ class Sidecar:
     def write(self) -> None:
         """Whole, atomically. The trace compression thread changes ``data`` only under ``lock``;
         the training thread only replaces values of keys that exist (no dict resizes), so a dump
-        never sees a dict change size."""
+        never sees a dict change size. A write that fails (a full disk) is remembered, not raised: the
+        status file is a report, and its failure must not stop the profiling (or reach the training)
+        half-way; the launcher reads a full disk from the free space and says so."""
         with self.lock:
             self.data["updated_at"] = utc_now_iso()
-            atomic_write_json(self.paths.sidecar, self.data)
+            try:
+                atomic_write_json(self.paths.sidecar, self.data)
+            except OSError as err:
+                self.unwritten = err
 
 
 def _group_sort_key(group: dict[str, Any]) -> tuple[int, str]:

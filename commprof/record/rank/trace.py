@@ -31,6 +31,9 @@ class TraceWriter:
             with contextlib.suppress(OSError):
                 os.remove(json_tmp)
             raise
+        if not os.path.exists(json_tmp):  # the profiler reports a failed write (a full disk) on stderr only
+            self.warn("could not write the trace: the profiler wrote no file (is the disk full?)")
+            return
         self.export_ms = (time.perf_counter() - started) * 1e3
         self._thread = threading.Thread(target=self._compress, args=(json_tmp,), name="commprof-trace-gzip",
                                         daemon=True)

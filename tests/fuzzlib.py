@@ -226,7 +226,7 @@ def nccl_case(scratch: Path, name: str, content: bytes, xml: bytes | None, tally
               what: list[str] | None = None) -> None:
     """Load a mutated log (and XML dump) as a run's NCCL inputs, build the tables, summarize."""
     from commprof.errors import CommprofError
-    from commprof.ingest.nccl import build_tables, load_nccl
+    from commprof.ingest.nccl_logs import build_tables, load_nccl
     from commprof.nccl import summarize
 
     folder = scratch / f"nccl-{tally.cases}"
@@ -263,7 +263,7 @@ def nccl_case(scratch: Path, name: str, content: bytes, xml: bytes | None, tally
 
 def clean_nccl_seconds(scratch: Path) -> float:
     """Time to load and summarize a clean ~50 KB log (the unit of the log ratio)."""
-    from commprof.ingest.nccl import build_tables, load_nccl
+    from commprof.ingest.nccl_logs import build_tables, load_nccl
     from commprof.nccl import summarize
 
     key = sorted(log_sources())[0]

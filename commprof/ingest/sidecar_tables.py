@@ -70,7 +70,7 @@ def empty_sidecars() -> SidecarTables:
 
 
 def _inputs(root: Path) -> list[Path]:
-    from commprof.ingest.nccl import find_nccl_inputs
+    from commprof.ingest.nccl_logs import find_nccl_inputs
 
     files: list[Path] = []
     try:
@@ -117,7 +117,7 @@ def load_sidecars(root: Path, ranks: pl.DataFrame, world_size: int | None, cache
 
 def _nccl_comms(root: Path, ranks: pl.DataFrame, world_size: int | None,
                 warnings: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    from commprof.ingest.nccl import build_tables, load_nccl
+    from commprof.ingest.nccl_logs import build_tables, load_nccl
 
     try:
         nccl = load_nccl(root)
@@ -176,7 +176,7 @@ def _topology(root: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _size_bytes(sizes: Any, dtypes: Any) -> int | None:
-    from commprof.ingest.names import dtype_size
+    from commprof.ingest.common.names import dtype_size
 
     if not isinstance(sizes, list) or not isinstance(dtypes, list):
         return None

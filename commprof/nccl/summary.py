@@ -8,9 +8,9 @@ from typing import Any
 
 import polars as pl
 
-from commprof.ingest.nccl.link_tiers import network_type
-from commprof.ingest.nccl.load import NcclRun
-from commprof.ingest.nccl.tables import NcclTables
+from commprof.ingest.nccl_logs.link_tiers import network_type
+from commprof.ingest.nccl_logs.load import NcclRun
+from commprof.ingest.nccl_logs.tables import NcclTables
 
 SCHEMA_VERSION = 2  # 2: inferred communicators, tier_reason, hosts' intra_host/inter_host
 MAX_WARNINGS = 20

@@ -10,8 +10,9 @@ from typing import Any
 
 import polars as pl
 
-from commprof.ingest import names
-from commprof.ingest.decode import Args
+from commprof.ingest.common import names
+from commprof.ingest.common.rank_trace import MAX_RANK
+from commprof.ingest.kineto.decode import Args
 from commprof.ingest.schema import PROCESS_GROUPS
 
 COMM_FIELDS = ("op", "pg", "bytes", "dtype", "group_size", "peer", "seq", "is_async")
@@ -44,7 +45,6 @@ def as_int(value: object) -> int | None:
     return int(number) if number is not None else None
 
 
-MAX_RANK = 1 << 24  # ranks and group sizes are int32 columns; 16 M ranks is beyond any job
 
 
 def bounded_int(value: object, low: int, high: int) -> int | None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from commprof.ingest.nccl.records import CommRank, Link, Process
-from commprof.ingest.nccl.state import State
+from commprof.ingest.nccl_logs.records import CommRank, Link, Process
+from commprof.ingest.nccl_logs.state import State
 
 
 @dataclass

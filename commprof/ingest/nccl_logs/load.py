@@ -17,8 +17,8 @@ from typing import TypeVar
 
 from commprof.errors import InputError
 from commprof.ingest.discover import regular_file_problem
-from commprof.ingest.nccl.parser import NcclLogs, parse_nccl_logs
-from commprof.ingest.nccl.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml, xml_kind
+from commprof.ingest.nccl_logs.parser import NcclLogs, parse_nccl_logs
+from commprof.ingest.nccl_logs.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml, xml_kind
 
 SNIFF_BYTES = 1 << 20
 LOG_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"NCCL version")

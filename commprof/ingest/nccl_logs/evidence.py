@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from commprof.ingest.nccl import patterns as pt
-from commprof.ingest.nccl.records import CommRank, Process
-from commprof.ingest.nccl.topo_xml import GraphXml, TopologyXml
+from commprof.ingest.nccl_logs import patterns as pt
+from commprof.ingest.nccl_logs.records import CommRank, Process
+from commprof.ingest.nccl_logs.topo_xml import GraphXml, TopologyXml
 
 Verdict = tuple[str, str, str]  # (nvlink | pcie, source, reason)
 

@@ -10,14 +10,15 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from commprof.ingest import gloo_calls, names
-from commprof.ingest.decode import Args
-from commprof.ingest.kineto_comm import comm_fields
-from commprof.ingest.plausible import describe, implausible, reference
+from commprof.ingest.common import names
+from commprof.ingest.common.plausible import describe, implausible, reference
+from commprof.ingest.kineto import gloo_calls
+from commprof.ingest.kineto.comm import comm_fields
+from commprof.ingest.kineto.decode import Args
 from commprof.ingest.schema import COLLECTIVES, INTERVALS
 
 if TYPE_CHECKING:
-    from commprof.ingest.kineto import _Pass
+    from commprof.ingest.kineto.scan import Scan
 
 
 def thread_lane(pid: Any, tid: Any, thread_names: dict[Any, str]) -> str:
@@ -33,7 +34,7 @@ def _gloo_groups(rows: list[int], row_names: list[str], row_tids: list[Any], sta
     over as µs since the rank's first op, small enough for a float to hold them to the ns."""
     if sidecar is None or not rows:
         return {}
-    from commprof.ingest.gloo_groups import ANNOTATION_PREFIX, GLOO_PREFIX, attribute_gloo_ops
+    from commprof.ingest.kineto.gloo_groups import ANNOTATION_PREFIX, GLOO_PREFIX, attribute_gloo_ops
 
     t0 = int(start.min())
     picked = [j for j, name in enumerate(row_names) if name.startswith((GLOO_PREFIX, ANNOTATION_PREFIX))]
@@ -46,7 +47,7 @@ def _gloo_groups(rows: list[int], row_names: list[str], row_tids: list[Any], sta
 
 
 def cpu_tables(
-    scan: _Pass, base_ns: int, pid: Any, rank: int, label: str, warnings: list[str],
+    scan: Scan, base_ns: int, pid: Any, rank: int, label: str, warnings: list[str],
     sidecar: dict[str, Any] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """CPU runs: comm = collective ops that move the data on the CPU (``gloo:*`` & co.); compute = the
@@ -144,10 +145,10 @@ def cpu_tables(
     return intervals, pl.DataFrame(out, schema=COLLECTIVES)
 
 
-def _link_calls(scan: _Pass, rows: list[int], row_names: list[str], tid_codes: list[int], start: np.ndarray,
+def _link_calls(scan: Scan, rows: list[int], row_names: list[str], tid_codes: list[int], start: np.ndarray,
                 end: np.ndarray, comm_rows: set[int], worker_threads: set[int],
                 groups: dict[int, Any]) -> gloo_calls.Links:
-    """Worker comm ops linked to the calls that enqueued them (commprof/ingest/gloo_calls.py), by
+    """Worker comm ops linked to the calls that enqueued them (commprof/ingest/kineto/gloo_calls.py), by
     position in ``rows``."""
     comm = np.array([i in comm_rows for i in rows], dtype=bool)
     worker = np.array([tid in worker_threads for tid in tid_codes], dtype=bool)

@@ -8,11 +8,11 @@ Typical use::
     tables.nccl_communicators                    # one row per communicator, with its tier
 """
 
-from commprof.ingest.nccl.link_tiers import network_type, slowest
-from commprof.ingest.nccl.load import NcclInputs, NcclRun, find_nccl_inputs, load_nccl
-from commprof.ingest.nccl.parser import LogParser, NcclLogs, parse_nccl_logs, parse_nccl_text
-from commprof.ingest.nccl.tables import NcclTables, build_tables
-from commprof.ingest.nccl.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml
+from commprof.ingest.nccl_logs.link_tiers import network_type, slowest
+from commprof.ingest.nccl_logs.load import NcclInputs, NcclRun, find_nccl_inputs, load_nccl
+from commprof.ingest.nccl_logs.parser import LogParser, NcclLogs, parse_nccl_logs, parse_nccl_text
+from commprof.ingest.nccl_logs.tables import NcclTables, build_tables
+from commprof.ingest.nccl_logs.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml
 from commprof.vocab import SLOWNESS
 
 __all__ = [

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from commprof.ingest import names
-from commprof.ingest.kineto_comm import CallOps
-from commprof.ingest.plausible import describe, implausible, reference
+from commprof.ingest.common import names
+from commprof.ingest.common.plausible import describe, implausible, reference
+from commprof.ingest.kineto.comm import CallOps
 from commprof.ingest.schema import STEP_MARKS
 
 if TYPE_CHECKING:
-    from commprof.ingest.kineto import _Pass
+    from commprof.ingest.kineto.scan import Scan
 
 
-def step_marks(scan: _Pass, base_ns: int, pid: Any, rank: int, label: str, warnings: list[str]) -> pl.DataFrame:
+def step_marks(scan: Scan, base_ns: int, pid: Any, rank: int, label: str, warnings: list[str]) -> pl.DataFrame:
     cpu = scan.cpu
     rows = np.asarray(scan.step_rows, dtype=np.int64)
     start, start_ok = cpu.col("ts")[rows], cpu.ok("ts")[rows]
@@ -54,7 +54,7 @@ def step_marks(scan: _Pass, base_ns: int, pid: Any, rank: int, label: str, warni
     )
 
 
-def _launch_times(scan: _Pass, base_ns: int) -> tuple[np.ndarray, np.ndarray]:
+def _launch_times(scan: Scan, base_ns: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique correlations of the runtime calls and each one's earliest call time (ns)."""
     launch = scan.launch
     if not len(launch):
@@ -67,7 +67,7 @@ def _launch_times(scan: _Pass, base_ns: int) -> tuple[np.ndarray, np.ndarray]:
     return unique, ts[first]
 
 
-def launches_of(scan: _Pass, base_ns: int, correlation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def launches_of(scan: Scan, base_ns: int, correlation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each kernel (by correlation): whether the trace holds its launch, and the launch time."""
     launch_corr, launch_at = _launch_times(scan, base_ns)
     if launch_corr.size == 0:
@@ -77,7 +77,7 @@ def launches_of(scan: _Pass, base_ns: int, correlation: np.ndarray) -> tuple[np.
     return launched, np.where(launched, launch_at[pos], 0)
 
 
-def name_ambiguous(scan: _Pass, ops: list[Any], dev_rows: list[int], out_rows: list[int],
+def name_ambiguous(scan: Scan, ops: list[Any], dev_rows: list[int], out_rows: list[int],
                     correlation: np.ndarray, start: np.ndarray) -> None:
     """NCCL runs all-to-all as grouped send/recv, so the kernel says ``SendRecv``; the CPU call its
     launch happened in (``c10d::alltoall_base_``, ``nccl:all_to_all``) says which collective it was."""

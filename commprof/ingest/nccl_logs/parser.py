@@ -22,12 +22,12 @@ from typing import TextIO
 
 import polars as pl
 
-from commprof.ingest.nccl import handlers as hd
-from commprof.ingest.nccl import patterns as pt
-from commprof.ingest.nccl.colls import COLL_SCHEMA, coll_frame
-from commprof.ingest.nccl.infer import infer_comms
-from commprof.ingest.nccl.records import CommRank, Link, ParseStats, Process, Tuning, Warn
-from commprof.ingest.nccl.state import Head, State
+from commprof.ingest.nccl_logs import handlers as hd
+from commprof.ingest.nccl_logs import patterns as pt
+from commprof.ingest.nccl_logs.colls import COLL_SCHEMA, coll_frame
+from commprof.ingest.nccl_logs.infer import infer_comms
+from commprof.ingest.nccl_logs.records import CommRank, Link, ParseStats, Process, Tuning, Warn
+from commprof.ingest.nccl_logs.state import Head, State
 
 COLL_CHUNK_ROWS = 200_000
 HEAD_CACHE_MAX = 50_000
@@ -35,7 +35,7 @@ HEAD_CACHE_MAX = 50_000
 
 @dataclass
 class NcclLogs:
-    """Everything read from a set of NCCL logs; tables are built from it in ``commprof.ingest.nccl.tables``."""
+    """Everything read from a set of NCCL logs; tables are built from it in ``commprof.ingest.nccl_logs.tables``."""
 
     processes: list[Process]
     comms: list[CommRank]

@@ -18,8 +18,8 @@ nothing is known. Decisions, and why:
 
 from __future__ import annotations
 
-from commprof.ingest.nccl.evidence import Evidence, gather_evidence, undecided_reason
-from commprof.ingest.nccl.records import Link, Nic, Process
+from commprof.ingest.nccl_logs.evidence import Evidence, gather_evidence, undecided_reason
+from commprof.ingest.nccl_logs.records import Link, Nic, Process
 from commprof.vocab import SLOWNESS
 
 __all__ = ["Evidence", "find_nic", "gather_evidence", "link_tier", "network_type", "slowest"]

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from commprof.ingest import names
-from commprof.ingest.gloo_groups import ANNOTATION_PREFIX, parse_annotation
+from commprof.ingest.common import names
+from commprof.ingest.kineto.gloo_groups import ANNOTATION_PREFIX, parse_annotation
 
 _SCAN = 64  # enqueues looked at per worker op past the first free one (a bounded search)
 _SLACK_NS = 1_000  # the thread's next op may start this close to the worker op's end (µs rounding)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from commprof.ingest.decode import Event
+from commprof.ingest.kineto.decode import Event
 
 # `}` `,` `{` with whitespace between: where one event ends and the next begins (or a nested object
 # inside an event's args: the scanner tells them apart by decoding)

@@ -13,10 +13,10 @@ from typing import Any
 
 import polars as pl
 
-from commprof.ingest.nccl.evidence import Evidence
-from commprof.ingest.nccl.link_tiers import NETWORK_TIER, network_type, slowest
-from commprof.ingest.nccl.parser import NcclLogs
-from commprof.ingest.nccl.records import CommRank, Process
+from commprof.ingest.nccl_logs.evidence import Evidence
+from commprof.ingest.nccl_logs.link_tiers import NETWORK_TIER, network_type, slowest
+from commprof.ingest.nccl_logs.parser import NcclLogs
+from commprof.ingest.nccl_logs.records import CommRank, Process
 
 COMMUNICATORS_SCHEMA: dict[str, Any] = {
     "comm_id": pl.String,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from commprof.ingest.nccl import patterns as pt
+from commprof.ingest.nccl_logs import patterns as pt
 
 COLL_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "op": pl.String,

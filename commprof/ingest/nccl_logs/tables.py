@@ -14,11 +14,11 @@ from typing import Any
 
 import polars as pl
 
-from commprof.ingest.nccl.link_tiers import Evidence, find_nic, gather_evidence, link_tier, network_type
-from commprof.ingest.nccl.parser import NcclLogs
-from commprof.ingest.nccl.records import CommRank, Nic
-from commprof.ingest.nccl.rollup import communicators_table, host_tiers, hosts_table
-from commprof.ingest.nccl.topo_xml import GraphXml, TopologyXml
+from commprof.ingest.nccl_logs.link_tiers import Evidence, find_nic, gather_evidence, link_tier, network_type
+from commprof.ingest.nccl_logs.parser import NcclLogs
+from commprof.ingest.nccl_logs.records import CommRank, Nic
+from commprof.ingest.nccl_logs.rollup import communicators_table, host_tiers, hosts_table
+from commprof.ingest.nccl_logs.topo_xml import GraphXml, TopologyXml
 
 COMMS_SCHEMA: dict[str, Any] = {
     "comm_id": pl.String,

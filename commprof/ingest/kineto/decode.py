@@ -54,7 +54,7 @@ class Event(msgspec.Struct, gc=False):
     pid: Number | str = 0
     tid: Number | str = 0
     # µs. Untyped so that the decoders' ``float_hook=str`` hands float literals over as their text,
-    # converted to ns exactly later (commprof.ingest.exact_time); integers arrive as ints.
+    # converted to ns exactly later (commprof.ingest.common.exact_time); integers arrive as ints.
     ts: Any = None
     dur: Any = None
     args: msgspec.Raw = NULL

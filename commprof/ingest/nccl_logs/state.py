@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commprof.ingest.nccl import patterns as pt
-from commprof.ingest.nccl.records import CommRank, Link, ParseStats, Pending, Process, Tuning, Warn
+from commprof.ingest.nccl_logs import patterns as pt
+from commprof.ingest.nccl_logs.records import CommRank, Link, ParseStats, Pending, Process, Tuning, Warn
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from commprof.ingest.exact_time import to_ns
+from commprof.ingest.common.exact_time import to_ns
 
 BATCH = 1 << 15  # pending time values that make a flush (~3 MB of Python values)
 

@@ -7,10 +7,10 @@ the lines that need it.
 
 from __future__ import annotations
 
-from commprof.ingest.nccl import evidence as ev
-from commprof.ingest.nccl import patterns as pt
-from commprof.ingest.nccl.records import CommRank, Link, Nic, Pending, Process, Tuning
-from commprof.ingest.nccl.state import Head, State
+from commprof.ingest.nccl_logs import evidence as ev
+from commprof.ingest.nccl_logs import patterns as pt
+from commprof.ingest.nccl_logs.records import CommRank, Link, Nic, Pending, Process, Tuning
+from commprof.ingest.nccl_logs.state import Head, State
 
 MALFORMED = "!malformed"
 OTHER = "!other_nccl"

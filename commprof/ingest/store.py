@@ -28,7 +28,7 @@ import polars as pl
 from commprof.errors import InputError, TruncatedTraceError
 from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
-from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
+from commprof.ingest.formats import RankTrace, extract, rank_from_file_name
 from commprof.ingest.rank_sidecar import clean_sidecar
 from commprof.ingest.runner import ProgressFn, Runner, make_runner
 from commprof.ingest.schema import INGEST_VERSION
@@ -158,6 +158,7 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
         "warnings": rank_trace.warnings,
         "n_intervals": len(rank_trace.intervals),
         "corrupt": rank_trace.corrupt,
+        "source": rank_trace.source,
     }
     for table in TABLES:
         _write_frame(getattr(rank_trace, table), cache / table / f"{entry.stem}.parquet")

@@ -33,6 +33,7 @@ class RankTrace:
     process_groups: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
     rank_source: str | None = None
+    source: str = "kineto"  # which reader read the file: kineto | nsys | ...
     corrupt: str | None = None  # damage inside the text (see StreamResult.corrupt)
 
     def with_rank(self, rank: int) -> RankTrace:

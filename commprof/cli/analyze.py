@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -55,7 +57,8 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
             layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
             what_if: tuple[str, ...], allow_partial: bool, fmt: str,
             output: Path | None) -> None:
-    """Analyze a run directory, a folder of Kineto traces or one trace file."""
+    """Analyze a run directory, a folder of traces (Kineto JSON, nsys SQLite exports) or one trace file; a
+    folder of Flight Recorder dumps alone gives the hang report."""
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
     from commprof.analyzers.pipeline import AnalysisSettings
@@ -70,25 +73,93 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks), what_if=tuple(what_if),
     )
     subset = parse_ranks(ranks)
+    fr_only = _flight_recorder_only(path)
+    if fr_only is not None:
+        _write(fr_only, fmt, output, render=_render_fr_only)
+        return
     with work_session(workers, scheduler) as (runner, progress):
         run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
                                      allow_partial=allow_partial)
         analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
-    report = analysis_json.build(analysis)
+    _write(analysis_json.build(analysis), fmt, output, render=analysis_text.render_text,
+           markdown=analysis_text.render_markdown)
+
+
+def _write(report: dict[str, Any], fmt: str, output: Path | None, render: Callable[[dict[str, Any], Any], None],
+           markdown: Callable[[dict[str, Any]], str] | None = None) -> None:
     if fmt == "json":
         write_output(json.dumps(report, indent=2), output)
     elif fmt == "markdown":
-        write_output(analysis_text.render_markdown(report), output)
+        if markdown is None:
+            buffer = io.StringIO()
+            render(report, _console(buffer))
+            write_output(buffer.getvalue(), output)
+        else:
+            write_output(markdown(report), output)
     elif output is None:
         import sys
 
         from rich.console import Console
 
         # piped output is not cut to 80 columns: keep the tables readable in logs and CI
-        analysis_text.render_text(report, Console(width=None if sys.stdout.isatty() else 160))
+        render(report, Console(width=None if sys.stdout.isatty() else 160))
     else:
-        from rich.console import Console
-
         buffer = io.StringIO()
-        analysis_text.render_text(report, Console(file=buffer, width=160, no_color=True))
+        render(report, _console(buffer))
         write_output(buffer.getvalue(), output)
+
+
+def _console(buffer: io.StringIO) -> Any:
+    from rich.console import Console
+
+    return Console(file=buffer, width=160, no_color=True)
+
+
+def _flight_recorder_only(path: str) -> dict[str, Any] | None:
+    """The hang report of a folder that holds Flight Recorder dumps and no trace; None otherwise."""
+    from commprof.analyzers.hang import hang_report
+    from commprof.errors import InputError
+    from commprof.ingest.discover import discover
+    from commprof.ingest.flight_recorder import find_dumps, read_dumps
+    from commprof.report.hang_text import fr_only_report
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    try:
+        discover(folder)
+        return None  # traces are there: the dumps are read beside them
+    except InputError:
+        pass
+    dumps = find_dumps(folder)
+    if not dumps:
+        return None
+    warnings: list[str] = []
+    entries, groups = read_dumps(dumps, warnings)
+    hang = hang_report(entries, groups)
+    if hang is None:
+        raise InputError(f"no readable Flight Recorder dump among {len(dumps)} file(s)"
+                         + (f"; {warnings[0]}" if warnings else ""), folder)
+    return fr_only_report(str(folder), hang, warnings)
+
+
+def _render_fr_only(report: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    from commprof.report.hang_text import hang_lines, hang_section
+
+    for line in hang_lines(report):
+        console.print(line, style="bold", highlight=False, soft_wrap=True, markup=False)
+    title, columns, rows = hang_section(report)
+    if rows:
+        table = Table(title=title, title_justify="left", header_style="bold")
+        for col in columns:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    for what in report["not_available"]:
+        console.print(f"not available from Flight Recorder dumps alone: {what}", style="dim", highlight=False,
+                      soft_wrap=True, markup=False)
+    for warning in report["warnings"]:
+        console.print(f"warning: {warning}", style="yellow", highlight=False, soft_wrap=True)

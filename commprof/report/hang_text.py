@@ -1,0 +1,63 @@
+"""The Flight Recorder hang report in the ``analyze`` outputs: its JSON part (from analyzers/hang.py, formatted
+only), its lines and table for the terminal and Markdown, and the report of a folder holding dumps only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from commprof.analyzers.hang import HangReport
+
+HANG_COLUMNS = ["pg", "desc", "size", "seq", "op", "state", "waiting in it", "behind (last seq)", "never arrived"]
+# what a Flight Recorder dump cannot give: the report says so instead of showing zeros
+FR_ONLY_ABSENT = ("step time, compute, overlap and exposed communication (no timeline: the dumps hold calls, "
+                  "not kernels)", "bandwidth and efficiency (no transfer times)",
+                  "dimension and tier classification beyond the group descriptions")
+
+
+def hang_dict(hang: HangReport | None) -> dict[str, Any] | None:
+    if hang is None:
+        return None
+    return {
+        "ranks_dumped": list(hang.ranks), "groups_seen": hang.groups_seen, "stalled": hang.stalled,
+        "suspects": list(hang.suspects), "empty_dumps": list(hang.empty_dumps), "timed": hang.timed,
+        "states": hang.states, "groups": hang.groups.to_dicts(),
+    }
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ",".join(map(str, ranks)) if ranks else "-"
+
+
+def hang_lines(report: dict[str, Any]) -> list[str]:
+    fr = report.get("flight_recorder")
+    if not fr:
+        return []
+    head = f"Flight Recorder: {len(fr['ranks_dumped'])} rank(s) dumped, {fr['groups_seen']} group(s) with calls"
+    if not fr["stalled"]:
+        return [head + "; every member of every group reached its group's last recorded call (no hang seen)"]
+    lines = [head + f"; {len(fr['groups'])} group(s) stalled: their members did not all reach the last call"]
+    if fr["suspects"]:
+        lines.append(f"  look first at rank(s) {_ranks(fr['suspects'])}: behind or absent wherever they appear, "
+                     "never waiting; the others wait for them")
+    if fr["empty_dumps"]:
+        lines.append(f"  rank(s) {_ranks(fr['empty_dumps'])} dumped no call at all")
+    if not fr["timed"]:
+        lines.append("  no durations (TORCH_NCCL_ENABLE_TIMING was off): states say enqueued, not started or done")
+    return lines
+
+
+def hang_section(report: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+    fr = report.get("flight_recorder") or {}
+    rows = [[g["pg"], g["desc"] or "-", str(g["size"]), str(g["seq"]), g["op"] or "?", g["state"] or "?",
+             _ranks(g["waiting"]),
+             ", ".join(f"{r} ({s})" for r, s in zip(g["behind"], g["behind_last_seq"], strict=True)) or "-",
+             _ranks(g["absent"])] for g in fr.get("groups", [])]
+    return "Hang report (Flight Recorder): each stalled group's last call, who waits in it, who never got there", \
+        HANG_COLUMNS, rows
+
+
+def fr_only_report(path: str, hang: HangReport, warnings: list[str]) -> dict[str, Any]:
+    """The report of a folder of dumps alone: the hang report, and the figures it cannot have named."""
+    return {"run": {"path": path, "kind": "flight_recorder",
+                    "sources": {"flight_recorder": list(hang.ranks)}},
+            "flight_recorder": hang_dict(hang), "not_available": list(FR_ONLY_ABSENT), "warnings": warnings}

@@ -57,8 +57,10 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
             layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
             what_if: tuple[str, ...], allow_partial: bool, fmt: str,
             output: Path | None) -> None:
-    """Analyze a run directory, a folder of traces (Kineto JSON, nsys SQLite exports) or one trace file; a
-    folder of Flight Recorder dumps alone gives the hang report."""
+    """Analyze a run directory, a folder of traces (Kineto JSON, nsys SQLite exports) or one trace file.
+
+    A folder of Flight Recorder dumps or NCCL Inspector logs alone gives the hang report and the bandwidth
+    per communicator."""
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
     from commprof.analyzers.pipeline import AnalysisSettings
@@ -73,9 +75,9 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks), what_if=tuple(what_if),
     )
     subset = parse_ranks(ranks)
-    fr_only = _flight_recorder_only(path)
-    if fr_only is not None:
-        _write(fr_only, fmt, output, render=_render_fr_only)
+    untraced = _untraced(path)
+    if untraced is not None:
+        _write(untraced, fmt, output, render=_render_untraced)
         return
     with work_session(workers, scheduler) as (runner, progress):
         run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
@@ -115,51 +117,57 @@ def _console(buffer: io.StringIO) -> Any:
     return Console(file=buffer, width=160, no_color=True)
 
 
-def _flight_recorder_only(path: str) -> dict[str, Any] | None:
-    """The hang report of a folder that holds Flight Recorder dumps and no trace; None otherwise."""
+def _untraced(path: str) -> dict[str, Any] | None:
+    """The report of a folder (or file) that holds Flight Recorder dumps and/or NCCL Inspector logs and no
+    trace; None when there are traces (the dumps are then read beside them) or neither."""
     from commprof.analyzers.hang import hang_report
+    from commprof.analyzers.inspector import inspector_summary
     from commprof.errors import InputError
     from commprof.ingest.discover import discover
     from commprof.ingest.flight_recorder import find_dumps, read_dumps
-    from commprof.report.hang_text import fr_only_report
+    from commprof.ingest.inspector import find_logs, read_logs
+    from commprof.report.hang_text import untraced_report
 
-    folder = Path(path)
-    if not folder.is_dir():
+    where = Path(path)
+    if not where.exists():
         return None
     try:
-        discover(folder)
-        return None  # traces are there: the dumps are read beside them
+        discover(where)
+        return None
     except InputError:
         pass
-    dumps = find_dumps(folder)
-    if not dumps:
+    dumps = find_dumps(where) if where.is_dir() else []
+    logs = find_logs(where)
+    if not dumps and not logs:
         return None
     warnings: list[str] = []
-    entries, groups = read_dumps(dumps, warnings)
-    hang = hang_report(entries, groups)
-    if hang is None:
-        raise InputError(f"no readable Flight Recorder dump among {len(dumps)} file(s)"
-                         + (f"; {warnings[0]}" if warnings else ""), folder)
-    return fr_only_report(str(folder), hang, warnings)
+    hang = hang_report(*read_dumps(dumps, warnings)) if dumps else None
+    records = read_logs(logs, warnings) if logs else None
+    if hang is None and (records is None or records.height == 0):
+        raise InputError("no readable Flight Recorder dump or NCCL Inspector record"
+                         + (f"; {warnings[0]}" if warnings else ""), where)
+    summary = inspector_summary(records) if records is not None else None
+    return untraced_report(str(where), hang, summary, records.height if records is not None else 0, warnings)
 
 
-def _render_fr_only(report: dict[str, Any], console: Any) -> None:
+def _render_untraced(report: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
-    from commprof.report.hang_text import hang_lines, hang_section
+    from commprof.report.hang_text import hang_lines, hang_section, inspector_section
 
     for line in hang_lines(report):
         console.print(line, style="bold", highlight=False, soft_wrap=True, markup=False)
-    title, columns, rows = hang_section(report)
-    if rows:
+    for title, columns, rows in (hang_section(report), inspector_section(report)):
+        if not rows:
+            continue
         table = Table(title=title, title_justify="left", header_style="bold")
-        for col in columns:
-            table.add_column(col)
+        for i, col in enumerate(columns):
+            table.add_column(col, justify="left" if i < 6 else "right")
         for row in rows:
             table.add_row(*row)
         console.print(table)
     for what in report["not_available"]:
-        console.print(f"not available from Flight Recorder dumps alone: {what}", style="dim", highlight=False,
+        console.print(f"not available from these sources: {what}", style="dim", highlight=False,
                       soft_wrap=True, markup=False)
     for warning in report["warnings"]:
         console.print(f"warning: {warning}", style="yellow", highlight=False, soft_wrap=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import polars as pl
+
 from commprof.analyzers.hang import HangReport
 
 HANG_COLUMNS = ["pg", "desc", "size", "seq", "op", "state", "waiting in it", "behind (last seq)", "never arrived"]
@@ -56,8 +58,37 @@ def hang_section(report: dict[str, Any]) -> tuple[str, list[str], list[list[str]
         HANG_COLUMNS, rows
 
 
-def fr_only_report(path: str, hang: HangReport, warnings: list[str]) -> dict[str, Any]:
-    """The report of a folder of dumps alone: the hang report, and the figures it cannot have named."""
-    return {"run": {"path": path, "kind": "flight_recorder",
-                    "sources": {"flight_recorder": list(hang.ranks)}},
-            "flight_recorder": hang_dict(hang), "not_available": list(FR_ONLY_ABSENT), "warnings": warnings}
+INSPECTOR_ONLY_ABSENT = ("step time, compute, overlap and exposed communication (no timeline: Inspector records "
+                         "hold each call's size and time, not when it ran)",
+                         "which parallel dimension a communicator serves (no group names or layout)",
+                         "efficiency against a tier's peak (the records cannot tell NVLink from PCIe, nor the "
+                         "network's kind)")
+INSPECTOR_COLUMNS = ["communicator", "name", "ranks", "nodes", "tier", "op", "bytes", "calls", "mean µs", "max µs",
+                     "algbw GB/s", "busbw GB/s", "Inspector's busbw"]
+
+
+def untraced_report(path: str, hang: HangReport | None, inspector: pl.DataFrame | None, records: int,
+                    warnings: list[str]) -> dict[str, Any]:
+    """The report of a folder without traces: Flight Recorder's hang report and/or NCCL Inspector's
+    bandwidth per communicator, and the figures these sources cannot have, named."""
+    absent = (FR_ONLY_ABSENT[1:] if inspector is not None else FR_ONLY_ABSENT) if hang is not None else ()
+    return {
+        "run": {"path": path, "kind": "untraced",
+                "sources": {**({"flight_recorder": list(hang.ranks)} if hang else {}),
+                            **({"nccl_inspector": []} if inspector is not None else {})}},
+        "flight_recorder": hang_dict(hang),
+        "inspector": None if inspector is None else {"records": records, "summary": inspector.to_dicts()},
+        "not_available": sorted({*absent, *(INSPECTOR_ONLY_ABSENT if inspector is not None else ())}),
+        "warnings": warnings,
+    }
+
+
+def inspector_section(report: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+    from commprof.report.analysis_text import fmt_bytes, fmt_gbps
+
+    rows = [[r["comm_id"] or "?", r["comm_name"] or "-", str(r["n_ranks"]), str(r["n_nodes"]), r["tier"], r["op"],
+             fmt_bytes(r["bytes"]), f"{r['calls']:,}", f"{r['mean_us']:,.1f}", f"{r['max_us']:,.1f}",
+             fmt_gbps(r["algbw_gbps"]), fmt_gbps(r["busbw_gbps"]), fmt_gbps(r["inspector_busbw_gbps"])]
+            for r in (report.get("inspector") or {}).get("summary", [])]
+    return ("NCCL Inspector: bandwidth per communicator, op and size (all ranks' calls; busbw with n = the "
+            "communicator's size, bytes on the full buffer)", INSPECTOR_COLUMNS, rows)

@@ -40,8 +40,9 @@ ZOO_OUT ?= runs/zoo-$(shell date -u +%Y%m%d-%H%M%S)
 zoo: $(STAMP)
 	$(BIN)/python tests/zoo/zoo.py --out $(ZOO_OUT) $(ZOO_ARGS)
 
-# hostile input, thousands of cases: mutated traces, NCCL logs, reports, configs (make test runs a small budget)
-fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --seed 1"
+# hostile input, thousands of cases: mutated traces, NCCL logs, reports, configs, nsys exports, Flight Recorder
+# pickles, NCCL Inspector logs (make test runs a small budget)
+fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --others 600 --seed 1"
 	$(BIN)/python tests/fuzzlib.py $(FUZZ_ARGS)
 
 # the revision before "one analysis, many views" (issue 9): the analysis must not be slower than it

@@ -35,4 +35,4 @@ def load_plain(data: bytes) -> Any:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
             OverflowError, UnicodeDecodeError, RecursionError, MemoryError) as err:
-        raise RefusedPickle(f"not a complete pickle ({type(err).__name__}: {str(err)[:80]})") from None
+        raise RefusedPickle(f"not a complete pickle ({str(err)[:80] or 'cut short'})") from None

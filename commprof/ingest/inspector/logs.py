@@ -75,7 +75,7 @@ def read_logs(paths: list[Path], warnings: list[str]) -> pl.DataFrame:
                 if row is not None:
                     rows.append(row)
         except (OSError, EOFError, zlib.error) as err:
-            warnings.append(f"NCCL Inspector: {path.name}: read stopped ({type(err).__name__}: {err}); "
+            warnings.append(f"NCCL Inspector: {path.name}: read stopped ({err}); "
                             "the records before it are kept")
     if skipped:
         shown = "; ".join(f"{n} × {why}" for why, n in skipped.most_common(3))

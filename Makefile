@@ -48,8 +48,9 @@ fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --others 600 --seed 1"
 # the revision before "one analysis, many views" (issue 9): the analysis must not be slower than it
 BENCH_BASE ?= b7b7cbc
 
-bench: $(STAMP)  # vs HTA on the same files, then this HEAD vs BENCH_BASE on the real trace and 64 synthetic ranks
+bench: $(STAMP)  # vs HTA on the same files, nsys exports vs a bare SQL scan, then this HEAD vs BENCH_BASE on the real trace and 64 synthetic ranks
 	$(BIN)/python bench/bench_ingest.py
+	$(BIN)/python bench/bench_nsys.py $(BENCH_NSYS_ARGS)
 	$(BIN)/python bench/bench_versions.py --base $(BENCH_BASE) $(BENCH_VERSIONS_ARGS)
 
 bench-versions: $(STAMP)  # HEAD vs BENCH_BASE only (BENCH_VERSIONS_ARGS="--repeat 7")

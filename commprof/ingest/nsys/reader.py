@@ -138,7 +138,9 @@ def _intervals(dev: DeviceRows, rank: int, offset_ns: int,
 
 
 def _copy_engine_rows(dev: DeviceRows, nvtx: NvtxFacts) -> npt.NDArray[np.int64]:
-    """Memory copies launched inside an NCCL collective's API range on the same thread (CE collectives)."""
+    """Memory copies launched inside an NCCL collective's API range on the same thread (CE collectives).
+    Per thread, ranges sorted by start: a launch is inside one when the latest end among the ranges that
+    started before it is not before it (a search per copy, not a scan)."""
     ops = [r for r in nvtx.nccl if r.op is not None]
     rows = np.flatnonzero((dev.cols["table"] == MEMCPY) & (dev.cols["launch"] != NULL_INT))
     if not ops or not rows.size:
@@ -146,9 +148,16 @@ def _copy_engine_rows(dev: DeviceRows, nvtx: NvtxFacts) -> npt.NDArray[np.int64]
     by_tid: dict[int, list[tuple[int, int]]] = {}
     for r in ops:
         by_tid.setdefault(r.tid, []).append((r.start, r.end))
-    out = [i for i in rows.tolist()
-           if any(s <= int(dev.cols["launch"][i]) <= e for s, e in by_tid.get(int(dev.cols["tid"][i]), ()))]
-    return np.array(out, dtype=np.int64)
+    inside = np.zeros(rows.size, dtype=np.bool_)
+    launch, tids = dev.cols["launch"][rows], dev.cols["tid"][rows]
+    for tid, spans in by_tid.items():
+        spans.sort()
+        starts = np.array([s for s, _ in spans], dtype=np.int64)
+        latest_end = np.maximum.accumulate(np.array([e for _, e in spans], dtype=np.int64))
+        mine = tids == tid
+        k = np.searchsorted(starts, launch[mine], side="right") - 1
+        inside[mine] = (k >= 0) & (latest_end[np.maximum(k, 0)] >= launch[mine])
+    return rows[inside]
 
 
 def _collectives(dev: DeviceRows, comm: npt.NDArray[np.int64], intervals: pl.DataFrame, nvtx: NvtxFacts,

@@ -121,3 +121,22 @@ def inspector_mutant(draw: st.DrawFn) -> bytes:
             doc[part] = {**doc[part], key: draw(WEIRD)} if isinstance(doc.get(part), dict) else draw(WEIRD)
         out.append(json.dumps(doc).encode())
     return b"\n".join(out) + b"\n"
+
+
+PLUGIN_TRACE = FIXTURES / "nccl_profiler" / "prof_14627581913227093503_0.json"
+
+
+@st.composite
+def plugin_mutant(draw: st.DrawFn) -> bytes:
+    lines = PLUGIN_TRACE.read_bytes().splitlines()
+    out = []
+    for line in lines:
+        how = draw(st.sampled_from(["keep", "keep", "cut", "weird"]))
+        if how == "cut":
+            out.append(line[: draw(st.integers(0, len(line)))])
+        elif how == "weird":
+            value = json.dumps(draw(WEIRD)).encode()
+            out.append(line.replace(b'"RING"', value).replace(b"262144", value).replace(b"14627581913227093503", value))
+        else:
+            out.append(line)
+    return b"\n".join(out)

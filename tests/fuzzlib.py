@@ -384,7 +384,8 @@ def fuzz_configs(scratch: Path, n: int, seed: int | None = None) -> Tally:
 
 
 def fuzz_other_inputs(scratch: Path, n: int, seed: int | None = None) -> Tally:
-    """nsys exports, Flight Recorder pickles and NCCL Inspector logs, mutated (tests/fuzz_other_inputs.py)."""
+    """nsys exports, Flight Recorder pickles, NCCL Inspector logs and profiler-plugin traces, mutated
+    (tests/fuzz_other_inputs.py)."""
     import fuzz_other_inputs as other
 
     tally = Tally()
@@ -395,7 +396,8 @@ def fuzz_other_inputs(scratch: Path, n: int, seed: int | None = None) -> Tally:
     @settings(max_examples=n, **FUZZ_SETTINGS)  # type: ignore[arg-type]
     @given(st.one_of(other.nsys_mutant().map(lambda m: ("nsys", m)),
                      other.pickle_mutant().map(lambda m: ("fr", m)),
-                     other.inspector_mutant().map(lambda m: ("inspector", m))))
+                     other.inspector_mutant().map(lambda m: ("inspector", m)),
+                     other.plugin_mutant().map(lambda m: ("plugin", m))))
     def one(case: tuple[str, Any]) -> None:
         counter[0] += 1
         folder = scratch / f"other-{counter[0]}"
@@ -406,6 +408,8 @@ def fuzz_other_inputs(scratch: Path, n: int, seed: int | None = None) -> Tally:
             other.apply_nsys(other.nsys_export(folder), mutant)
         elif kind == "fr":
             (folder / "nccl_trace_rank_0").write_bytes(mutant)
+        elif kind == "plugin":
+            (folder / "prof_1_0.json").write_bytes(mutant)
         else:
             (folder / "host-pid1.log").write_bytes(mutant)
         out = run_cli(["analyze", str(folder), "--format", "json"], scratch / "cache")

@@ -122,42 +122,49 @@ def _untraced(path: str) -> dict[str, Any] | None:
     trace; None when there are traces (the dumps are then read beside them) or neither."""
     from commprof.analyzers.hang import hang_report
     from commprof.analyzers.inspector import inspector_summary
+    from commprof.analyzers.nccl_profiler import algorithm_summary
     from commprof.errors import InputError
     from commprof.ingest.discover import discover
     from commprof.ingest.flight_recorder import find_dumps, read_dumps
     from commprof.ingest.inspector import find_logs, read_logs
+    from commprof.ingest.nccl_profiler import find_traces, read_traces
     from commprof.report.hang_text import untraced_report
 
     where = Path(path)
     if not where.exists():
         return None
+    plugin = find_traces(where)
     try:
-        discover(where)
-        return None
+        # the plugin's traces are .json too: a folder of nothing else is still untraced
+        if not set(discover(where).traces) <= set(plugin):
+            return None
     except InputError:
         pass
     dumps = find_dumps(where) if where.is_dir() else []
     logs = find_logs(where)
-    if not dumps and not logs:
+    if not dumps and not logs and not plugin:
         return None
     warnings: list[str] = []
     hang = hang_report(*read_dumps(dumps, warnings)) if dumps else None
     records = read_logs(logs, warnings) if logs else None
-    if hang is None and (records is None or records.height == 0):
-        raise InputError("no readable Flight Recorder dump or NCCL Inspector record"
+    colls = read_traces(plugin, warnings) if plugin else None
+    if hang is None and (records is None or records.height == 0) and (colls is None or colls.height == 0):
+        raise InputError("no readable Flight Recorder dump, NCCL Inspector record or profiler-plugin collective"
                          + (f"; {warnings[0]}" if warnings else ""), where)
     summary = inspector_summary(records) if records is not None else None
-    return untraced_report(str(where), hang, summary, records.height if records is not None else 0, warnings)
+    algorithms = algorithm_summary(colls) if colls is not None else None
+    return untraced_report(str(where), hang, summary, records.height if records is not None else 0, warnings,
+                           algorithms, colls.height if colls is not None else 0)
 
 
 def _render_untraced(report: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
-    from commprof.report.hang_text import hang_lines, hang_section, inspector_section
+    from commprof.report.hang_text import hang_lines, hang_section, inspector_section, plugin_section
 
     for line in hang_lines(report):
         console.print(line, style="bold", highlight=False, soft_wrap=True, markup=False)
-    for title, columns, rows in (hang_section(report), inspector_section(report)):
+    for title, columns, rows in (hang_section(report), inspector_section(report), plugin_section(report)):
         if not rows:
             continue
         table = Table(title=title, title_justify="left", header_style="bold")

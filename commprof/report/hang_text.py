@@ -67,20 +67,44 @@ INSPECTOR_COLUMNS = ["communicator", "name", "ranks", "nodes", "tier", "op", "by
                      "algbw GB/s", "busbw GB/s", "Inspector's busbw"]
 
 
+PLUGIN_ABSENT = ("collective times from the profiler plugin (a COLL event ends when it is enqueued, not done)",)
+PLUGIN_COLUMNS = ["communicator", "op", "algorithm", "protocol", "calls", "ranks", "channels", "bytes"]
+
+
 def untraced_report(path: str, hang: HangReport | None, inspector: pl.DataFrame | None, records: int,
-                    warnings: list[str]) -> dict[str, Any]:
-    """The report of a folder without traces: Flight Recorder's hang report and/or NCCL Inspector's
-    bandwidth per communicator, and the figures these sources cannot have, named."""
+                    warnings: list[str], algorithms: pl.DataFrame | None = None,
+                    plugin_calls: int = 0) -> dict[str, Any]:
+    """The report of a folder without traces: Flight Recorder's hang report, NCCL Inspector's bandwidth per
+    communicator and/or the profiler plugin's algorithms, and the figures these sources cannot have, named."""
     absent = (FR_ONLY_ABSENT[1:] if inspector is not None else FR_ONLY_ABSENT) if hang is not None else ()
+    plugin_absent = PLUGIN_ABSENT if algorithms is not None and inspector is None else ()
     return {
         "run": {"path": path, "kind": "untraced",
                 "sources": {**({"flight_recorder": list(hang.ranks)} if hang else {}),
-                            **({"nccl_inspector": []} if inspector is not None else {})}},
+                            **({"nccl_inspector": []} if inspector is not None else {}),
+                            **({"nccl_profiler": []} if algorithms is not None else {})}},
         "flight_recorder": hang_dict(hang),
         "inspector": None if inspector is None else {"records": records, "summary": inspector.to_dicts()},
-        "not_available": sorted({*absent, *(INSPECTOR_ONLY_ABSENT if inspector is not None else ())}),
+        "nccl_profiler": None if algorithms is None else {"collectives": plugin_calls,
+                                                           "algorithms": algorithms.to_dicts()},
+        "not_available": sorted({*absent, *(INSPECTOR_ONLY_ABSENT if inspector is not None else ()),
+                                 *plugin_absent}),
         "warnings": warnings,
     }
+
+
+def plugin_section(report: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+    from commprof.report.analysis_text import fmt_bytes
+
+    def span(lo: Any, hi: Any, fmt: Any = str) -> str:
+        return "?" if lo is None else fmt(lo) if lo == hi else f"{fmt(lo)}-{fmt(hi)}"
+
+    rows = [[r["comm_hash"] or "?", r["op"] or "?", r["algorithm"] or "?", r["protocol"] or "?", f"{r['calls']:,}",
+             str(r["ranks"]), span(r["channels_min"], r["channels_max"]), span(r["bytes_min"], r["bytes_max"],
+                                                                              fmt_bytes)]
+            for r in (report.get("nccl_profiler") or {}).get("algorithms", [])]
+    return "NCCL profiler plugin: the algorithm and protocol NCCL chose, per communicator and op", \
+        PLUGIN_COLUMNS, rows
 
 
 def inspector_section(report: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:

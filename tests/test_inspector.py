@@ -55,3 +55,27 @@ def test_analyze_on_inspector_logs_names_what_it_cannot_give(cli: Cli, tmp_path:
                        '{"header": 5, "metadata": {}}\n' + "[" * 100_000 + "\n")
     result = cli("analyze", str(tmp_path))
     assert result.exit_code in (0, 2) and "Traceback" not in result.output
+
+
+def test_synth_run_written_as_inspector_logs_reads_back_its_calls(cli: Cli, tmp_path: Path) -> None:
+    """The same run as Kineto traces and as Inspector logs (commprof synth --write-as inspector): per group
+    and op, the calls and the mean kernel time the Inspector reader gives are the traces' own."""
+    import polars as pl
+
+    from commprof.run import open_run
+    from commprof.synth.nsys import comm_hash
+
+    args = ["--nodes", "2", "--gpus-per-node", "2", "--layout", "tp=2,dp=2", "--steps", "2", "--micro-batches", "1",
+            "--layers", "1"]
+    assert cli("synth", str(tmp_path / "k"), *args).exit_code == 0
+    made = cli("synth", str(tmp_path / "i"), *args, "--write-as", "inspector")
+    assert made.exit_code == 0, made.output
+    calls = open_run(tmp_path / "k").tables().collectives.with_columns(
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1000).round(0).alias("us"))
+    want = {(f"{comm_hash(pg):#x}", op): (n, us) for pg, op, n, us in calls.group_by("pg", "op").agg(
+        pl.len(), pl.col("us").mean()).iter_rows()}
+    report = json.loads(cli("analyze", str(tmp_path / "i"), "--format", "json").stdout)
+    got = {(r["comm_id"], r["op"]): (r["calls"], r["mean_us"]) for r in report["inspector"]["summary"]}
+    assert got.keys() == want.keys()
+    for key, (n, us) in want.items():
+        assert got[key][0] == n and got[key][1] == pytest.approx(us, abs=0.5)

@@ -217,3 +217,11 @@ def test_schema2_generation_written_by_synth_reads_kernels_without_payload(tmp_p
     assert old.intervals.height == tables.intervals([0]).height
     assert old.collectives.height == tables.collectives.filter(pl.col("rank") == 0).height
     assert old.collectives["pg"].null_count() == old.collectives.height  # 2.x: no payload tables
+
+
+def test_synth_writes_nsys_exports_from_the_cli(tmp_path: Path, cli: Cli) -> None:
+    out = _synth(cli, tmp_path / "n", "--write-as", "nsys")
+    assert sorted(p.name for p in (out / "raw").iterdir()) == ["nccl", "nsys", "ranks", "topology"]
+    report = json.loads(cli("analyze", str(out), "--format", "json").stdout)
+    assert report["run"]["sources"] == {"nsys": [0, 1, 2, 3]}
+    assert {g["tier"] for g in report["process_groups"]} >= {"nvlink", "ib"}  # the NCCL logs still map

@@ -238,7 +238,8 @@ def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None
             next_free += 1
         taken[next_free] = entry.rel
         meta["rank_source"] = "file order"
-        warnings.append(f"{entry.rel}: no distributedInfo and no rank in the file name; assumed rank {next_free}")
+        said = "no distributedInfo" if meta.get("source", "kineto") == "kineto" else "no rank in the file"
+        warnings.append(f"{entry.rel}: {said} and no rank in the file name; assumed rank {next_free}")
         out.append(RankFile(next_free, entry, meta))
     if not out:
         skipped = [m for m in ingested.metas if m.get("skipped")]

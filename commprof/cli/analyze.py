@@ -128,7 +128,7 @@ def _untraced(path: str) -> dict[str, Any] | None:
     from commprof.ingest.flight_recorder import find_dumps, read_dumps
     from commprof.ingest.inspector import find_logs, read_logs
     from commprof.ingest.nccl_profiler import find_traces, read_traces
-    from commprof.report.hang_text import untraced_report
+    from commprof.report.other_sources import untraced_report
 
     where = Path(path)
     if not where.exists():
@@ -160,7 +160,7 @@ def _untraced(path: str) -> dict[str, Any] | None:
 def _render_untraced(report: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
-    from commprof.report.hang_text import hang_lines, hang_section, inspector_section, plugin_section
+    from commprof.report.other_sources import hang_lines, hang_section, inspector_section, plugin_section
 
     for line in hang_lines(report):
         console.print(line, style="bold", highlight=False, soft_wrap=True, markup=False)

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from commprof.analyzers.bandwidth import BANDWIDTH_CONVENTION
-from commprof.report.hang_text import hang_dict
+from commprof.report.other_sources import hang_dict
 
 if TYPE_CHECKING:
     from commprof.analyzers.findings import Finding

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from commprof.report.findings_text import finding_lines, what_if_lines
-from commprof.report.hang_text import hang_lines, hang_section
+from commprof.report.other_sources import hang_lines, hang_section
 
 
 def fmt_ms(ns: float | None) -> str:

@@ -1,5 +1,7 @@
-"""The Flight Recorder hang report in the ``analyze`` outputs: its JSON part (from analyzers/hang.py, formatted
-only), its lines and table for the terminal and Markdown, and the report of a folder holding dumps only."""
+"""The parts of the ``analyze`` outputs that come from sources without a timeline, formatted only (the
+numbers are made in analyzers/hang.py, inspector.py, nccl_profiler.py): Flight Recorder's hang report (JSON,
+lines and table, also beside traces), NCCL Inspector's bandwidth per communicator, the profiler plugin's
+algorithms, and the report of a folder holding only such files, with what they cannot give named."""
 
 from __future__ import annotations
 

@@ -118,6 +118,10 @@ def _nccl_comms(root: Path, ranks: pl.DataFrame, world_size: int | None,
     except CommprofError:
         return pl.DataFrame(schema=NCCL_COMMS), pl.DataFrame(schema=NCCL_SETUP)
     tables = build_tables(nccl.logs, nccl.topologies, nccl.graphs)
+    if nccl.logs.stats.pasted_files:
+        warnings.append(f"NCCL logs: {len(nccl.logs.stats.pasted_files)} file(s) pasted without their "
+                        "host:pid:tid [dev] NCCL INFO prefixes: hosts and ranks unknown, so their communicators "
+                        "map to no rank")
     comms = comm_rank_sets(tables, ranks, world_size, warnings)
     rows = [{"comm_id": c.comm_id, "ranks": sorted(c.ranks), "tier": c.tier, "ops": sorted(c.ops),
              "colls": c.colls, "link_gbps": c.link_gbps} for c in comms]

@@ -209,5 +209,6 @@ def summarize(run: NcclRun, tables: NcclTables) -> dict[str, Any]:
             "inferred_links": stats.inferred_links,
             "inferred_comms": stats.inferred_comms,
             "skipped_files": stats.skipped_files,
+            "pasted_files": stats.pasted_files,
         },
     }

@@ -64,8 +64,14 @@ class LogParser:
     def parse_file(self, path: str | Path) -> None:
         name = str(path)
         try:
+            pasted = _is_paste(Path(path))
             with _open_text(Path(path)) as f:
-                self.parse_lines(f, name)
+                if pasted:
+                    # each message gets the marker back and no prefix: one process per file, host unknown
+                    self.state.stats.pasted_files.append(name)
+                    self.parse_lines(("NCCL INFO " + line for line in f), name)
+                else:
+                    self.parse_lines(f, name)
         except (OSError, EOFError, ValueError) as err:  # unreadable or corrupt gzip
             self.state.stats.skipped_files.append(f"{name}: {err}")
 
@@ -316,6 +322,22 @@ def _open_text(path: Path) -> Iterator[TextIO]:
             encoding = _encoding(raw.read(2))
         with open(path, encoding=encoding, errors="replace") as f:
             yield f
+
+
+PASTE_SNIFF_LINES = 400
+
+
+def _is_paste(path: Path) -> bool:
+    """No line of the file's head carries NCCL's marker, and several read as NCCL's messages."""
+    bare = 0
+    with _open_text(path) as f:
+        for n, line in enumerate(f):
+            if n >= PASTE_SNIFF_LINES:
+                break
+            if "NCCL INFO " in line or "NCCL WARN " in line or "NCCL TRACE " in line:
+                return False
+            bare += pt.BARE_MESSAGE.match(line.lstrip()) is not None
+    return bare >= 3
 
 
 def _encoding(head: bytes) -> str:

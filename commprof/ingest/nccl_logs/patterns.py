@@ -149,3 +149,10 @@ def proto_name(value: str) -> str:
         idx = int(value)
         return PROTOCOLS[idx] if idx < len(PROTOCOLS) else f"proto{idx}"
     return value
+
+# Messages as they read once their "host:pid:tid [dev] NCCL INFO " prefix is gone (a log pasted into an issue,
+# a chat, a notebook): enough of them, and no prefixed line, make a file a paste.
+BARE_MESSAGE = re.compile(
+    r"^(?:NCCL version \d|Channel \d+/\d+ :|Ring \d+ :|Trees \[|comm 0x[0-9a-fA-F]+ rank \d+ nRanks \d+"
+    r"|ncclCommInitRank(?:Config)? comm 0x|NET/\S+ : |Using network \S|Connected all (?:rings|trees)"
+    r"|\d+ coll channels,|Pattern \d+, crossNic)")

@@ -183,6 +183,8 @@ class ParseStats:
     parsed: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     skipped_files: list[str] = field(default_factory=list)
+    # logs pasted without their "host:pid:tid [dev] NCCL INFO" prefixes: read, but hosts and ranks unknown
+    pasted_files: list[str] = field(default_factory=list)
 
     def merge(self, other: ParseStats) -> None:
         self.files += other.files
@@ -195,3 +197,4 @@ class ParseStats:
         self.parsed.update(other.parsed)
         self.skipped.update(other.skipped)
         self.skipped_files.extend(other.skipped_files)
+        self.pasted_files.extend(other.pasted_files)

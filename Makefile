@@ -40,16 +40,18 @@ ZOO_OUT ?= runs/zoo-$(shell date -u +%Y%m%d-%H%M%S)
 zoo: $(STAMP)
 	$(BIN)/python tests/zoo/zoo.py --out $(ZOO_OUT) $(ZOO_ARGS)
 
-# hostile input, thousands of cases: mutated traces, NCCL logs, reports, configs; then operator faults (kill -9 of a
-# worker pool, concurrent commands on one folder, full disks) each followed by a clean re-run (make test: a small budget)
-fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --operator 30 --seed 1"
+# hostile input, thousands of cases: mutated traces, NCCL logs, reports, configs, nsys exports, Flight Recorder
+# pickles, NCCL Inspector logs; then operator faults (kill -9 of a worker pool, concurrent commands on one folder,
+# full disks) each followed by a clean re-run (make test: a small budget)
+fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --others 600 --operator 30 --seed 1"
 	$(BIN)/python tests/fuzzlib.py $(FUZZ_ARGS)
 
 # the revision before "one analysis, many views" (issue 9): the analysis must not be slower than it
 BENCH_BASE ?= b7b7cbc
 
-bench: $(STAMP)  # vs HTA on the same files, then this HEAD vs BENCH_BASE on the real trace and 64 synthetic ranks
+bench: $(STAMP)  # vs HTA on the same files, nsys exports vs a bare SQL scan, then this HEAD vs BENCH_BASE on the real trace and 64 synthetic ranks
 	$(BIN)/python bench/bench_ingest.py
+	$(BIN)/python bench/bench_nsys.py $(BENCH_NSYS_ARGS)
 	$(BIN)/python bench/bench_versions.py --base $(BENCH_BASE) $(BENCH_VERSIONS_ARGS)
 
 bench-versions: $(STAMP)  # HEAD vs BENCH_BASE only (BENCH_VERSIONS_ARGS="--repeat 7")

@@ -11,7 +11,7 @@ For one rank, every instant of a step window is exactly one of:
 so the five parts add up to the window's duration. Compute on a CPU lane excludes the waits and
 collective calls nested in it (a thread blocked in ``c10d::send`` is not computing), among them the span
 a blocking call's thread waited for the worker thread that moved its data (ingest adds it as a ``wait``
-on the calling lane: commprof/ingest/gloo_calls.py says which calls block), so a blocking collective
+on the calling lane: commprof/ingest/kineto/gloo_calls.py says which calls block), so a blocking collective
 counts whole wherever its wait lands: inside an ``autograd.Function`` or any other enclosing op.
 
 Step windows come from the ``ProfilerStep#N`` marks: step k spans from its start to the next step's

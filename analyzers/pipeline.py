@@ -22,6 +22,7 @@ from commprof.analyzers.distribution import rank_distribution
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
 from commprof.analyzers.findings import Finding, rank_findings
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
+from commprof.analyzers.hang import HangReport, hang_report
 from commprof.analyzers.overlap import (
     PG_STEPS_SCHEMA,
     SPANS_SCHEMA,
@@ -94,6 +95,7 @@ class Analysis:
     what_if: WhatIf | None = None  # the --what-if estimate, when changes were asked for
     # where the exposed comm goes, when it is a large share of the step and no finding names a cause
     exposed_note: ExposedNote | None = None
+    hang: HangReport | None = None  # from Flight Recorder dumps beside the traces (analyzers/hang.py)
 
     def top_collectives(self, n: int | None = None) -> pl.DataFrame:
         """The (pg, op, bytes) rows that cost the most exposed time."""
@@ -268,7 +270,8 @@ def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner:
         settings=settings, facts=tables.facts, tables=tables, ranks=tables.ranks, process_groups=w.groups,
         steps=w.steps, collectives=w.collectives, pg_steps=w.pg_steps, exposed_spans=w.spans,
         host_clocks=w.host_clocks, match_by=w.match_by, unmatched_calls=w.unmatched,
-        warnings=tuple(w.warnings), doubtful_ranks=w.doubtful, **w.out,
+        warnings=tuple(w.warnings), doubtful_ranks=w.doubtful,
+        hang=hang_report(tables.sidecars.flight_recorder, tables.sidecars.flight_recorder_groups), **w.out,
     )
     return step_findings(analysis)
 

@@ -30,7 +30,7 @@ CHILD = """
 import json, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from commprof.ingest.nccl import build_tables, parse_nccl_logs
+from commprof.ingest.nccl_logs import build_tables, parse_nccl_logs
 t1 = time.perf_counter()
 paths = sorted(Path(sys.argv[1]).iterdir())
 c1 = time.process_time()

@@ -114,6 +114,7 @@ class Run:
                 "mode": rf.meta.get("mode"),
                 "file": rf.entry.rel,
                 "rank_source": rf.meta.get("rank_source"),
+                "source": rf.meta.get("source", "kineto"),
             })
         frame = pl.DataFrame(rows, schema=RANKS)
         hosts = frame["host"].fill_null("?").unique(maintain_order=True).to_list()
@@ -124,7 +125,9 @@ class Run:
 
     @cached_property
     def process_groups(self) -> pl.DataFrame:
-        """Groups seen by any rank, merged by name (each rank lists only the groups it is in)."""
+        """Groups seen by any rank, merged by name (each rank lists only the groups it is in). A reader that
+        knows only the rank's own place in a group (nsys: a communicator's size and this rank) lists that
+        rank alone: the group's ranks are then the union of what every rank says."""
         if not self.rank_files:
             return pl.DataFrame(schema=PROCESS_GROUPS)
         merged = (
@@ -135,10 +138,14 @@ class Run:
             .agg(
                 pl.col("desc").drop_nulls().first(),
                 pl.col("ranks").first(),
+                pl.col("ranks").explode().unique().sort().alias("_union"),
                 pl.col("size").max(),
                 pl.col("backend").drop_nulls().first(),
             )
         )
+        merged = merged.with_columns(  # the union where no rank listed the whole group
+            pl.when(pl.col("ranks").list.len() < pl.col("size").fill_null(0)).then("_union").otherwise("ranks")
+            .alias("ranks"))
         return merged.select(list(PROCESS_GROUPS)).sort(
             pl.col("pg").str.to_integer(strict=False), "pg", nulls_last=True
         )
@@ -221,7 +228,7 @@ def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None
                 f"two traces claim rank {rank}: {taken[rank]} and {entry.rel} (profiled twice? keep one)",
                 entry.path,
             )
-        if meta.get("rank_source") == "file name":
+        if meta.get("rank_source") == "file name" and meta.get("source", "kineto") == "kineto":
             warnings.append(f"{entry.rel}: no distributedInfo in the trace; rank {rank} taken from the file name")
         taken[rank] = entry.rel
         out.append(RankFile(int(rank), entry, meta))
@@ -231,7 +238,8 @@ def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None
             next_free += 1
         taken[next_free] = entry.rel
         meta["rank_source"] = "file order"
-        warnings.append(f"{entry.rel}: no distributedInfo and no rank in the file name; assumed rank {next_free}")
+        said = "no distributedInfo" if meta.get("source", "kineto") == "kineto" else "no rank in the file"
+        warnings.append(f"{entry.rel}: {said} and no rank in the file name; assumed rank {next_free}")
         out.append(RankFile(next_free, entry, meta))
     if not out:
         skipped = [m for m in ingested.metas if m.get("skipped")]

@@ -226,7 +226,7 @@ def nccl_case(scratch: Path, name: str, content: bytes, xml: bytes | None, tally
               what: list[str] | None = None) -> None:
     """Load a mutated log (and XML dump) as a run's NCCL inputs, build the tables, summarize."""
     from commprof.errors import CommprofError
-    from commprof.ingest.nccl import build_tables, load_nccl
+    from commprof.ingest.nccl_logs import build_tables, load_nccl
     from commprof.nccl import summarize
 
     folder = scratch / f"nccl-{tally.cases}"
@@ -263,7 +263,7 @@ def nccl_case(scratch: Path, name: str, content: bytes, xml: bytes | None, tally
 
 def clean_nccl_seconds(scratch: Path) -> float:
     """Time to load and summarize a clean ~50 KB log (the unit of the log ratio)."""
-    from commprof.ingest.nccl import build_tables, load_nccl
+    from commprof.ingest.nccl_logs import build_tables, load_nccl
     from commprof.nccl import summarize
 
     key = sorted(log_sources())[0]
@@ -383,6 +383,45 @@ def fuzz_configs(scratch: Path, n: int, seed: int | None = None) -> Tally:
     return tally
 
 
+def fuzz_other_inputs(scratch: Path, n: int, seed: int | None = None) -> Tally:
+    """nsys exports, Flight Recorder pickles, NCCL Inspector logs and profiler-plugin traces, mutated
+    (tests/fuzz_other_inputs.py)."""
+    import fuzz_other_inputs as other
+
+    tally = Tally()
+    marker = Path("/tmp/commprof-fuzz-pickle-ran")
+    marker.unlink(missing_ok=True)
+    counter = [0]
+
+    @settings(max_examples=n, **FUZZ_SETTINGS)  # type: ignore[arg-type]
+    @given(st.one_of(other.nsys_mutant().map(lambda m: ("nsys", m)),
+                     other.pickle_mutant().map(lambda m: ("fr", m)),
+                     other.inspector_mutant().map(lambda m: ("inspector", m)),
+                     other.plugin_mutant().map(lambda m: ("plugin", m))))
+    def one(case: tuple[str, Any]) -> None:
+        counter[0] += 1
+        folder = scratch / f"other-{counter[0]}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        kind, mutant = case
+        if kind == "nsys":
+            other.apply_nsys(other.nsys_export(folder), mutant)
+        elif kind == "fr":
+            (folder / "nccl_trace_rank_0").write_bytes(mutant)
+        elif kind == "plugin":
+            (folder / "prof_1_0.json").write_bytes(mutant)
+        else:
+            (folder / "host-pid1.log").write_bytes(mutant)
+        out = run_cli(["analyze", str(folder), "--format", "json"], scratch / "cache")
+        if marker.exists():
+            out.error = "a pickle ran code while being read"
+        tally.add(out, 0.0, f"{kind} mutant {str(mutant)[:300]}")
+        shutil.rmtree(folder, ignore_errors=True)
+
+    _seeded(one, seed)()
+    return tally
+
+
 def _seeded(test: Callable[[], None], seed: int | None) -> Callable[[], None]:
     if seed is None:
         return test
@@ -401,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=int, default=300)
     parser.add_argument("--operator", type=int, default=30,
                         help="operator faults: kills, concurrent runs, full disks (tests/fuzz_operator.py)")
+    parser.add_argument("--others", type=int, default=600, help="nsys exports, Flight Recorder, Inspector logs")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--show", type=int, default=5, help="failures printed per kind")
     args = parser.parse_args(argv)
@@ -409,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         for kind, run, n in (("traces", fuzz_traces, args.traces), ("logs", fuzz_logs, args.logs),
-                             ("reports", fuzz_reports, args.reports), ("configs", fuzz_configs, args.configs)):
+                             ("reports", fuzz_reports, args.reports), ("configs", fuzz_configs, args.configs),
+                             ("other inputs", fuzz_other_inputs, args.others)):
             if n <= 0:
                 continue
             t0 = time.perf_counter()

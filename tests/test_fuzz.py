@@ -15,10 +15,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import fuzzlib  # noqa: E402
 
-BUDGET = {"traces": 40, "logs": 60, "reports": 60, "configs": 60}
+BUDGET = {"traces": 40, "logs": 60, "reports": 60, "configs": 60, "others": 60}
 RUNNERS: dict[str, Callable[[Path, int, int | None], fuzzlib.Tally]] = {
     "traces": fuzzlib.fuzz_traces, "logs": fuzzlib.fuzz_logs, "reports": fuzzlib.fuzz_reports,
-    "configs": fuzzlib.fuzz_configs,
+    "configs": fuzzlib.fuzz_configs, "others": fuzzlib.fuzz_other_inputs,
 }
 
 

@@ -215,7 +215,7 @@ LOG = REPO / "sample_traces" / "synth_2x8_tp8_dp2" / "raw" / "nccl" / "nccl.gpu-
 
 
 def load(folder: Path) -> Any:
-    from commprof.ingest.nccl import build_tables, load_nccl
+    from commprof.ingest.nccl_logs import build_tables, load_nccl
     from commprof.nccl import summarize
 
     run = load_nccl(folder)

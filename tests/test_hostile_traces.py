@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from commprof.ingest import stream
-from commprof.ingest.stream import stream_events
+from commprof.ingest.kineto import stream
+from commprof.ingest.kineto.stream import stream_events
 
 Cli = Callable[..., Result]
 

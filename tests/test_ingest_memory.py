@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from commprof.ingest import kineto, stream
-from commprof.ingest.kineto import RankTrace, extract
+from commprof.ingest.kineto import RankTrace, extract, stream
+from commprof.ingest.kineto import scan as kineto_scan
 from commprof.synth import SynthConfig, generate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -73,10 +73,10 @@ def test_batches_and_pieces_never_change_a_table(path: Path, monkeypatch: pytest
     if not path.exists():  # the sample's file names
         path = next(path.parent.glob("*.json*"))
     whole = extract(path)
-    monkeypatch.setattr(kineto, "BATCH", 7)
+    monkeypatch.setattr(kineto_scan, "BATCH", 7)
     monkeypatch.setattr(stream, "PIECE_BYTES", 2048)
     monkeypatch.setattr(stream, "TEXT_BLOCK", 1024)
     _same(extract(path), whole)
-    monkeypatch.setattr(kineto, "BATCH", 1 << 40)
+    monkeypatch.setattr(kineto_scan, "BATCH", 1 << 40)
     monkeypatch.setattr(stream, "PIECE_BYTES", 1 << 40)
     _same(extract(path), whole)

@@ -19,7 +19,7 @@ from polars.testing import assert_frame_equal
 
 import commprof
 from commprof.analyzers.pipeline import AnalysisSettings
-from commprof.ingest.exact_time import to_ns
+from commprof.ingest.common.exact_time import to_ns
 from commprof.ingest.kineto import extract
 from commprof.synth import TraceBuilder
 
@@ -81,7 +81,7 @@ _TIMES = st.one_of(
 @given(st.lists(_TIMES, min_size=1, max_size=40))
 def test_small_and_large_time_columns_convert_alike(values: list[Any]) -> None:
     # short columns go through a Python loop, long ones through polars: the same ns and validity
-    import commprof.ingest.exact_time as exact
+    import commprof.ingest.common.exact_time as exact
 
     small_ns, small_ok = exact.to_ns(values)
     large_ns, large_ok = exact.to_ns(values * (exact.SMALL // len(values) + 1))

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from commprof.ingest.nccl import NcclTables, build_tables, load_nccl
+from commprof.ingest.nccl_logs import NcclTables, build_tables, load_nccl
 
 GEN = Path(__file__).parent / "fixtures" / "nccl" / "gen_128rank.py"
 STEPS = 3

@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from commprof.ingest.nccl import build_tables, load_nccl
+from commprof.ingest.nccl_logs import build_tables, load_nccl
 from commprof.nccl import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commprof.ingest.nccl import NcclInputs, NcclRun, build_tables, parse_nccl_text
+from commprof.ingest.nccl_logs import NcclInputs, NcclRun, build_tables, parse_nccl_text
 from commprof.nccl import summarize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from commprof.ingest.nccl import build_tables, network_type, parse_nccl_text, slowest
-from commprof.ingest.nccl.parser import NcclLogs
+from commprof.ingest.nccl_logs import build_tables, network_type, parse_nccl_text, slowest
+from commprof.ingest.nccl_logs.parser import NcclLogs
 
 P = "node01:1234:1234 [0] NCCL INFO "
 Q = "node01:1235:1235 [1] NCCL INFO "

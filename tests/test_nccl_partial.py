@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 from click.testing import Result
 
-from commprof.ingest.nccl import NcclTables, build_tables, parse_nccl_text, slowest
-from commprof.ingest.nccl.evidence import gpu_verdict
+from commprof.ingest.nccl_logs import NcclTables, build_tables, parse_nccl_text, slowest
+from commprof.ingest.nccl_logs.evidence import gpu_verdict
 
 A = "gpu1:100:100 [0] NCCL INFO "
 B = "gpu1:101:101 [1] NCCL INFO "

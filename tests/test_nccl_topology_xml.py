@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 from commprof.errors import InputError
-from commprof.ingest.nccl import build_tables, load_nccl, parse_graph_xml, parse_nccl_text, parse_topology_xml
-from commprof.ingest.nccl.topo_xml import nvlink_gbps_per_link
+from commprof.ingest.nccl_logs import build_tables, load_nccl, parse_graph_xml, parse_nccl_text, parse_topology_xml
+from commprof.ingest.nccl_logs.topo_xml import nvlink_gbps_per_link
 
 XML = Path(__file__).parent / "fixtures" / "nccl" / "topology_xml"
 FIXTURES = XML.parent

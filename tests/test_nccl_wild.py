@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from commprof.ingest.nccl import build_tables, load_nccl
+from commprof.ingest.nccl_logs import build_tables, load_nccl
 from commprof.nccl import summarize
 
 WILD = Path(__file__).parent / "fixtures" / "nccl" / "wild"

@@ -16,7 +16,7 @@ import pytest
 import commprof
 from commprof.analyzers.pipeline import Analysis
 from commprof.analyzers.skew import analyze_skew
-from commprof.ingest import gloo_calls
+from commprof.ingest.kineto import gloo_calls
 from commprof.report.analysis_json import build
 from commprof.synth import TraceBuilder, ns
 

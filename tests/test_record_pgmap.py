@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from commprof.ingest.gloo_groups import Attribution, attribute_gloo_ops, parse_annotation, worker_threads
+from commprof.ingest.kineto.gloo_groups import Attribution, attribute_gloo_ops, parse_annotation, worker_threads
 from commprof.record.rank.annotate import escape, format_annotation
 
 SCRIPTS = Path(__file__).resolve().parent / "record_scripts"

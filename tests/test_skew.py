@@ -103,7 +103,7 @@ def test_cached_reopen_does_not_reparse_nccl_logs(tmp_path: Path, monkeypatch: p
     first = commprof.analyze(tmp_path / "run")
     assert first.tables.sidecars.nccl_comms.height > 0
 
-    import commprof.ingest.nccl as nccl
+    import commprof.ingest.nccl_logs as nccl
 
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("NCCL logs parsed again on a cached re-open")

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commprof.errors import TruncatedTraceError
-from commprof.ingest import stream
+from commprof.ingest.kineto import stream
 
 
 @pytest.fixture(autouse=True)

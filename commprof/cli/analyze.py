@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -55,7 +57,10 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
             layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
             what_if: tuple[str, ...], allow_partial: bool, fmt: str,
             output: Path | None) -> None:
-    """Analyze a run directory, a folder of Kineto traces or one trace file."""
+    """Analyze a run directory, a folder of traces (Kineto JSON, nsys SQLite exports) or one trace file.
+
+    A folder of Flight Recorder dumps or NCCL Inspector logs alone gives the hang report and the bandwidth
+    per communicator."""
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
     from commprof.analyzers.pipeline import AnalysisSettings
@@ -70,25 +75,106 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks), what_if=tuple(what_if),
     )
     subset = parse_ranks(ranks)
+    untraced = _untraced(path)
+    if untraced is not None:
+        _write(untraced, fmt, output, render=_render_untraced)
+        return
     with work_session(workers, scheduler) as (runner, progress):
         run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
                                      allow_partial=allow_partial)
         analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
-    report = analysis_json.build(analysis)
+    _write(analysis_json.build(analysis), fmt, output, render=analysis_text.render_text,
+           markdown=analysis_text.render_markdown)
+
+
+def _write(report: dict[str, Any], fmt: str, output: Path | None, render: Callable[[dict[str, Any], Any], None],
+           markdown: Callable[[dict[str, Any]], str] | None = None) -> None:
     if fmt == "json":
         write_output(json.dumps(report, indent=2), output)
     elif fmt == "markdown":
-        write_output(analysis_text.render_markdown(report), output)
+        if markdown is None:
+            buffer = io.StringIO()
+            render(report, _console(buffer))
+            write_output(buffer.getvalue(), output)
+        else:
+            write_output(markdown(report), output)
     elif output is None:
         import sys
 
         from rich.console import Console
 
         # piped output is not cut to 80 columns: keep the tables readable in logs and CI
-        analysis_text.render_text(report, Console(width=None if sys.stdout.isatty() else 160))
+        render(report, Console(width=None if sys.stdout.isatty() else 160))
     else:
-        from rich.console import Console
-
         buffer = io.StringIO()
-        analysis_text.render_text(report, Console(file=buffer, width=160, no_color=True))
+        render(report, _console(buffer))
         write_output(buffer.getvalue(), output)
+
+
+def _console(buffer: io.StringIO) -> Any:
+    from rich.console import Console
+
+    return Console(file=buffer, width=160, no_color=True)
+
+
+def _untraced(path: str) -> dict[str, Any] | None:
+    """The report of a folder (or file) that holds Flight Recorder dumps and/or NCCL Inspector logs and no
+    trace; None when there are traces (the dumps are then read beside them) or neither."""
+    from commprof.analyzers.hang import hang_report
+    from commprof.analyzers.inspector import inspector_summary
+    from commprof.analyzers.nccl_profiler import algorithm_summary
+    from commprof.errors import InputError
+    from commprof.ingest.discover import discover
+    from commprof.ingest.flight_recorder import find_dumps, read_dumps
+    from commprof.ingest.inspector import find_logs, read_logs
+    from commprof.ingest.nccl_profiler import find_traces, read_traces
+    from commprof.report.other_sources import untraced_report
+
+    where = Path(path)
+    if not where.exists():
+        return None
+    plugin = find_traces(where)
+    try:
+        # the plugin's traces are .json too: a folder of nothing else is still untraced
+        if not set(discover(where).traces) <= set(plugin):
+            return None
+    except InputError:
+        pass
+    dumps = find_dumps(where) if where.is_dir() else []
+    logs = find_logs(where)
+    if not dumps and not logs and not plugin:
+        return None
+    warnings: list[str] = []
+    hang = hang_report(*read_dumps(dumps, warnings)) if dumps else None
+    records = read_logs(logs, warnings) if logs else None
+    colls = read_traces(plugin, warnings) if plugin else None
+    if hang is None and (records is None or records.height == 0) and (colls is None or colls.height == 0):
+        raise InputError("no readable Flight Recorder dump, NCCL Inspector record or profiler-plugin collective"
+                         + (f"; {warnings[0]}" if warnings else ""), where)
+    summary = inspector_summary(records) if records is not None else None
+    algorithms = algorithm_summary(colls) if colls is not None else None
+    return untraced_report(str(where), hang, summary, records.height if records is not None else 0, warnings,
+                           algorithms, colls.height if colls is not None else 0)
+
+
+def _render_untraced(report: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    from commprof.report.other_sources import hang_lines, hang_section, inspector_section, plugin_section
+
+    for line in hang_lines(report):
+        console.print(line, style="bold", highlight=False, soft_wrap=True, markup=False)
+    for title, columns, rows in (hang_section(report), inspector_section(report), plugin_section(report)):
+        if not rows:
+            continue
+        table = Table(title=title, title_justify="left", header_style="bold")
+        for i, col in enumerate(columns):
+            table.add_column(col, justify="left" if i < 6 else "right")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    for what in report["not_available"]:
+        console.print(f"not available from these sources: {what}", style="dim", highlight=False,
+                      soft_wrap=True, markup=False)
+    for warning in report["warnings"]:
+        console.print(f"warning: {warning}", style="yellow", highlight=False, soft_wrap=True)

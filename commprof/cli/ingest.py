@@ -12,15 +12,24 @@ from commprof.cli.common import allow_partial_option, open_run_with_progress, pa
 @runner_options
 @allow_partial_option
 def ingest(path: str, workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool) -> None:
-    """Parse a run's traces into its tables/ cache and say what was found."""
+    """Parse a run's traces into its tables/ cache and say what was found.
+
+    PATH is a commprof run directory, a folder of traces or one trace: Kineto (torch.profiler) .json /
+    .json.gz and Nsight Systems .sqlite exports (nsys export --type sqlite), one per rank, mixed as they
+    come; each file is read by the reader its content calls for (docs/inputs.md). Flight Recorder dumps
+    and NCCL logs beside them are read when a command needs them."""
     subset = parse_ranks(ranks)
     with work_session(workers, scheduler) as (runner, progress):
         run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
                                      allow_partial=allow_partial)
         where = runner.describe()
     ing = run.ingested
+    sources: dict[str, int] = {}
+    for rf in run.rank_files:
+        sources[rf.meta.get("source") or "kineto"] = sources.get(rf.meta.get("source") or "kineto", 0) + 1
     click.echo(
         f"{run.path}: {len(run.rank_files)} trace(s), {ing.parsed} parsed, {len(ing.entries) - ing.parsed} from cache"
+        f" (read as {', '.join(f'{k} {n}' for k, n in sorted(sources.items()))})"
         + (f", {len(ing.failures)} unreadable" if ing.failures else "")
         + (f", {ing.left_out} left out (--ranks)" if ing.left_out else "")
         + (f"; parsed {where}" if ing.parsed else "") + f"; tables in {ing.cache}"

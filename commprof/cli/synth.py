@@ -10,6 +10,23 @@ from typing import Any
 import click
 
 
+def _rewrite(out: Path, write_as: str) -> None:
+    """The generated run's traces replaced by the same run in another format (read back from its tables)."""
+    from commprof.run import open_run
+
+    tables = open_run(out).tables()
+    if write_as == "inspector":
+        from commprof.synth.inspector import write_logs
+
+        write_logs(tables, out / "raw" / "inspector")
+    else:
+        from commprof.synth.nsys import write_exports
+
+        write_exports(tables, out / "raw" / "nsys", generation=2 if write_as == "nsys-2" else 3)
+    shutil.rmtree(out / "raw" / "traces")
+    shutil.rmtree(out / "tables", ignore_errors=True)
+
+
 def _straggler(text: str | None) -> tuple[int | None, float]:
     from commprof.errors import UsageError
 
@@ -77,6 +94,10 @@ def _offsets(text: str | None) -> tuple[float, ...]:
 @click.option("--kernels-per-phase", default=1, show_default=True,
               help="split each compute phase into N kernels (bigger traces)")
 @click.option("--seed", default=0, show_default=True, help="same seed, same run")
+@click.option("--write-as", "write_as", type=click.Choice(["kineto", "nsys", "nsys-2", "inspector"]),
+              default="kineto", show_default=True,
+              help="the per-rank files: Kineto traces, Nsight Systems SQLite exports (schema 3.x, or 2.x's older "
+                   "names with nsys-2) in raw/nsys/, or NCCL Inspector logs in raw/inspector/ (no timeline)")
 @click.option("--force", is_flag=True, help="replace OUT if it exists")
 def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, micro_batches: int, layers: int,
           model_size: float, tokens: int, gpu_tflops: float, intra: str, network: str, nccl_version: str,
@@ -84,7 +105,7 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
           tp_across_nodes: bool, socket_fallback: bool, alltoall_imbalance: float, desync: int | None,
           nccl_faults: tuple[str, ...], flight_recorder: bool, clock_offset_us: str | None, group_names: str,
           jitter: float,
-          kernels_per_phase: int, seed: int, force: bool) -> None:
+          kernels_per_phase: int, seed: int, write_as: str, force: bool) -> None:
     """Write a synthetic run directory to OUT that reads like one `commprof record` made on a GPU
     cluster (Kineto traces, NCCL logs, topology, manifest marked synthetic) and truth.json beside the
     manifest with the answers a correct analysis must give."""
@@ -108,6 +129,8 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
             raise UsageError(f"{out} exists and is not empty (pass --force to replace it)")
         shutil.rmtree(out)
     truth = _generate_whole(cfg, out)
+    if write_as != "kineto":
+        _rewrite(out, write_as)
     click.echo(f"wrote {out}: {cfg.world_size} ranks on {nodes} hosts, {steps} steps (synthetic); "
                f"answers in {out / 'truth.json'}")
     if truth["findings"]["expected"]:

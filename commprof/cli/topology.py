@@ -29,8 +29,8 @@ def topology(path: Path, fmt: str, output: Path | None) -> None:
     process groups and topology captures instead, and says what is missing."""
     from rich.console import Console
 
-    from commprof.ingest.nccl import build_tables, load_nccl
-    from commprof.ingest.nccl.load import NoNcclLogs
+    from commprof.ingest.nccl_logs import build_tables, load_nccl
+    from commprof.ingest.nccl_logs.load import NoNcclLogs
     from commprof.nccl import render, summarize
 
     draw: Callable[[dict[str, Any], Console], None] = render

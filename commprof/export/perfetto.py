@@ -36,7 +36,7 @@ import polars as pl
 
 from commprof.analyzers import intervals as iv
 from commprof.analyzers.overlap import effective_compute
-from commprof.ingest import names
+from commprof.ingest.common import names
 from commprof.ingest.exports import FORMAT, VERSION, distributed_info
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import Any
 
 from commprof.errors import InputError
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")  # Kineto traces; nsys exports (nsys export --type sqlite)
 # Folders that hold other raw data (NCCL logs, Flight Recorder, topology, rank sidecars) or our cache.
 SIDECAR_DIRS = frozenset({"nccl", "flight_recorder", "topology", "ranks", "tables", "__pycache__"})
 NOT_TRACES = frozenset({"manifest.json"})
@@ -178,7 +178,7 @@ def discover(path: str | Path) -> Source:
         if problem:
             raise InputError(problem, p)
         if not is_trace_name(p.name):
-            raise InputError("not a trace file (expected .json or .json.gz)", p)
+            raise InputError("not a trace file (expected a Kineto .json / .json.gz or an nsys .sqlite export)", p)
         return Source(p, "file", p.parent, (p,), None)
     manifest_path = p / "manifest.json"
     if manifest_path.is_file():
@@ -191,6 +191,6 @@ def discover(path: str | Path) -> Source:
         return Source(p, "run", p, tuple(traces), manifest, tuple(problems))
     traces = _walk(p, problems)
     if not traces:
-        raise InputError("no Kineto traces (*.json, *.json.gz) in this folder"
+        raise InputError("no traces (Kineto *.json, *.json.gz; nsys *.sqlite) in this folder"
                          + (f"; {problems[-1]}" if problems else ""), p)
     return Source(p, "folder", p, tuple(traces), None, tuple(problems))

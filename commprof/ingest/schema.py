@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-INGEST_VERSION = 5  # bump whenever what ingest writes changes: every cached table is then rebuilt
+INGEST_VERSION = 6  # bump whenever what ingest writes changes: every cached table is then rebuilt
 
 KINDS = ("compute", "comm", "memory", "wait", "annotation")
 
@@ -53,7 +53,8 @@ RANKS = pl.Schema({
     "backend": pl.String,
     "mode": pl.String,  # "gpu" when the trace has device kernels, else "cpu"
     "file": pl.String,
-    "rank_source": pl.String,  # distributedInfo | file name | file order
+    "rank_source": pl.String,  # distributedInfo | file name | MPI rank | nccl init | file order
+    "source": pl.String,  # the reader that read the rank's file: kineto | nsys
 })
 
 PROCESS_GROUPS = pl.Schema({

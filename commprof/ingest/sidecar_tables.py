@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from commprof.errors import CommprofError
-from commprof.ingest.discover import regular_file_problem
+from commprof.ingest.flight_recorder import FLIGHT_RECORDER, FR_GROUPS, find_dumps, read_dumps
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.topology import CommInfo, HostTopology, comm_rank_sets, read_topologies
 
@@ -30,13 +30,6 @@ _COUNTS = ("ib_nics", "gdr_enabled_nics", "gdr_disabled_nics", "net_links", "soc
            "p2p_links", "shm_links")
 NCCL_SETUP = pl.Schema({"host": pl.String(), "processes": pl.Int64(), "networks": pl.List(pl.String()),
                         **{c: pl.Int64() for c in _COUNTS}, "nvls_available": pl.Boolean(), "nvls_comms": pl.Int64()})
-FLIGHT_RECORDER = pl.Schema({
-    "rank": pl.Int32, "record_id": pl.Int64, "pg": pl.String, "pg_desc": pl.String, "seq": pl.Int64,
-    "p2p_seq": pl.Int64, "op": pl.String, "is_p2p": pl.Boolean, "state": pl.String, "bytes_in": pl.Int64,
-    "sizes": pl.String, "time_created_ns": pl.Int64, "duration_ms": pl.Float64, "file": pl.String,
-})
-
-
 @dataclass(frozen=True)
 class SidecarTables:
     nccl_comms: pl.DataFrame  # one row per NCCL communicator whose members map to traced ranks
@@ -45,6 +38,8 @@ class SidecarTables:
     flight_recorder: pl.DataFrame  # one row per Flight Recorder entry
     warnings: tuple[str, ...] = ()
     nccl_setup: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NCCL_SETUP))  # one row per host
+    # each dumping rank's process groups as Flight Recorder names them (pg_config)
+    flight_recorder_groups: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=FR_GROUPS))
 
     def communicators(self) -> list[CommInfo]:
         return [CommInfo(r["comm_id"], frozenset(r["ranks"]), r["tier"], set(r["ops"]), r["colls"], r["link_gbps"])
@@ -69,7 +64,7 @@ def empty_sidecars() -> SidecarTables:
 
 
 def _inputs(root: Path) -> list[Path]:
-    from commprof.ingest.nccl import find_nccl_inputs
+    from commprof.ingest.nccl_logs import find_nccl_inputs
 
     files: list[Path] = []
     try:
@@ -77,11 +72,10 @@ def _inputs(root: Path) -> list[Path]:
         files += [*found.logs, *found.topologies, *found.graphs]
     except CommprofError:
         pass
-    for sub in ("topology", "flight_recorder"):
-        folder = root / "raw" / sub
-        if folder.is_dir():
-            files += sorted(p for p in folder.glob("*.json") if p.is_file())
-    return sorted(set(files))
+    folder = root / "raw" / "topology"
+    if folder.is_dir():
+        files += sorted(p for p in folder.glob("*.json") if p.is_file())
+    return sorted(set(files) | set(find_dumps(root)))
 
 
 def _key(files: list[Path], ranks: pl.DataFrame) -> str:
@@ -108,21 +102,25 @@ def load_sidecars(root: Path, ranks: pl.DataFrame, world_size: int | None, cache
         return cached
     warnings: list[str] = []
     comms, setup = _nccl_comms(root, ranks, world_size, warnings)
-    tables = SidecarTables(comms, *_topology(root), read_flight_recorder(root / "raw" / "flight_recorder", warnings),
-                           tuple(warnings), setup)
+    fr_entries, fr_groups = read_dumps(find_dumps(root), warnings)
+    tables = SidecarTables(comms, *_topology(root), fr_entries, tuple(warnings), setup, fr_groups)
     _write_cache(folder, key, tables)
     return tables
 
 
 def _nccl_comms(root: Path, ranks: pl.DataFrame, world_size: int | None,
                 warnings: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    from commprof.ingest.nccl import build_tables, load_nccl
+    from commprof.ingest.nccl_logs import build_tables, load_nccl
 
     try:
         nccl = load_nccl(root)
     except CommprofError:
         return pl.DataFrame(schema=NCCL_COMMS), pl.DataFrame(schema=NCCL_SETUP)
     tables = build_tables(nccl.logs, nccl.topologies, nccl.graphs)
+    if nccl.logs.stats.pasted_files:
+        warnings.append(f"NCCL logs: {len(nccl.logs.stats.pasted_files)} file(s) pasted without their "
+                        "host:pid:tid [dev] NCCL INFO prefixes: hosts and ranks unknown, so their communicators "
+                        "map to no rank")
     comms = comm_rank_sets(tables, ranks, world_size, warnings)
     rows = [{"comm_id": c.comm_id, "ranks": sorted(c.ranks), "tier": c.tier, "ops": sorted(c.ops),
              "colls": c.colls, "link_gbps": c.link_gbps} for c in comms]
@@ -174,82 +172,6 @@ def _topology(root: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     return pl.DataFrame(cells, schema=TOPOLOGY), pl.DataFrame(ports, schema=IB_PORTS)
 
 
-def _size_bytes(sizes: Any, dtypes: Any) -> int | None:
-    from commprof.ingest.names import dtype_size
-
-    if not isinstance(sizes, list) or not isinstance(dtypes, list):
-        return None
-    total = 0
-    for shape, dtype in zip(sizes, dtypes, strict=False):
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            return None
-        n = 1
-        for d in shape:
-            n *= d
-        size = dtype_size(str(dtype))
-        if not size:
-            return None
-        total += n * size
-    return total
-
-
-def read_flight_recorder(folder: Path, warnings: list[str]) -> pl.DataFrame:
-    """Flight Recorder JSON dumps (``raw/flight_recorder/rank-N.json``): one row per entry."""
-    rows: list[dict[str, Any]] = []
-    if not folder.is_dir():
-        return pl.DataFrame(schema=FLIGHT_RECORDER)
-    bad: list[str] = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            if regular_file_problem(path):
-                raise OSError(regular_file_problem(path))
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            rank = int(path.stem.rsplit("-", 1)[-1])
-        except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-            bad.append(path.name)
-            continue
-        entries = doc.get("entries") if isinstance(doc, dict) else None
-        if not isinstance(entries, list):
-            bad.append(path.name)
-            continue
-        rows.extend(_fr_row(rank, e, path.name) for e in entries if isinstance(e, dict))
-    if bad:
-        warnings.append(f"Flight Recorder: {len(bad)} dump(s) unreadable and skipped: {', '.join(bad[:3])}")
-    try:
-        return pl.DataFrame(rows, schema=FLIGHT_RECORDER, strict=False)
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        warnings.append("Flight Recorder: entries with values of unexpected types; dumps skipped")
-        return pl.DataFrame(schema=FLIGHT_RECORDER)
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        out = int(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return out if -(1 << 63) <= out < (1 << 63) else None
-
-
-def _fr_row(rank: int, e: dict[str, Any], file: str) -> dict[str, Any]:
-    group = e.get("process_group")
-    name = e.get("profiling_name")
-    op = str(name).split(":", 1)[-1] if name else None
-    duration = e.get("duration_ms")
-    return {
-        "rank": rank, "record_id": _int_or_none(e.get("record_id")),
-        "pg": str(group[0]) if isinstance(group, list) and group else None,
-        "pg_desc": str(group[1]) if isinstance(group, list) and len(group) > 1 else None,
-        "seq": _int_or_none(e.get("collective_seq_id")), "p2p_seq": _int_or_none(e.get("p2p_seq_id")),
-        "op": op, "is_p2p": bool(e.get("is_p2p")) if e.get("is_p2p") is not None else None,
-        "state": str(e.get("state")) if e.get("state") is not None else None,
-        "bytes_in": _size_bytes(e.get("input_sizes"), e.get("input_dtypes")),
-        "sizes": json.dumps(e.get("input_sizes")) if e.get("input_sizes") is not None else None,
-        "time_created_ns": _int_or_none(e.get("time_created_ns")),
-        "duration_ms": float(duration) if isinstance(duration, (int, float)) else None,
-        "file": file,
-    }
-
-
 def _read_cache(folder: Path, key: str) -> SidecarTables | None:
     try:
         meta = json.loads((folder / "key.json").read_text())
@@ -258,10 +180,11 @@ def _read_cache(folder: Path, key: str) -> SidecarTables | None:
         frames = [pl.read_parquet(folder / f"{name}.parquet") for name in _NAMES]
     except (OSError, ValueError, RecursionError, pl.exceptions.PolarsError):
         return None
-    return SidecarTables(frames[0], frames[1], frames[2], frames[3], tuple(meta.get("warnings") or ()), frames[4])
+    return SidecarTables(frames[0], frames[1], frames[2], frames[3], tuple(meta.get("warnings") or ()), frames[4],
+                         frames[5])
 
 
-_NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder", "nccl_setup")
+_NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder", "nccl_setup", "flight_recorder_groups")
 
 
 def _write_cache(folder: Path, key: str, tables: SidecarTables) -> None:

@@ -32,11 +32,11 @@ from commprof.errors import CommprofError, InputError, TruncatedTraceError
 from commprof.ingest import cache_place
 from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
-from commprof.ingest.kineto import RankTrace, extract, rank_from_file_name
+from commprof.ingest.formats import RankTrace, extract, rank_from_file_name
+from commprof.ingest.kineto.stream import NotATraceError
 from commprof.ingest.rank_sidecar import clean_sidecar
 from commprof.ingest.runner import ProgressFn, Runner, make_runner
 from commprof.ingest.schema import INGEST_VERSION
-from commprof.ingest.stream import NotATraceError
 from commprof.safe_write import CACHE_HINT, WriteError, atomic_write_bytes
 
 TABLES = ("intervals", "collectives", "step_marks", "process_groups")
@@ -171,6 +171,7 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
         "n_intervals": len(rank_trace.intervals),
         "corrupt": rank_trace.corrupt,
         "digest": digest,
+        "source": rank_trace.source,
     }
     try:
         for table in TABLES:

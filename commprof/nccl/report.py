@@ -193,4 +193,7 @@ def _render_stats(stats: dict[str, Any], console: Console) -> None:
         line += f"; {stats['unattributed_links']} connection line(s) without a communicator"
     if stats["skipped_files"]:
         line += f"; {len(stats['skipped_files'])} file(s) unreadable"
+    if stats.get("pasted_files"):
+        line += (f"; {len(stats['pasted_files'])} file(s) pasted without their host:pid:tid \\[dev] NCCL INFO "
+                 "prefixes: hosts and ranks unknown, one process per file")
     console.print(line + "[/]")

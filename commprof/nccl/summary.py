@@ -8,9 +8,9 @@ from typing import Any
 
 import polars as pl
 
-from commprof.ingest.nccl.link_tiers import network_type
-from commprof.ingest.nccl.load import NcclRun
-from commprof.ingest.nccl.tables import NcclTables
+from commprof.ingest.nccl_logs.link_tiers import network_type
+from commprof.ingest.nccl_logs.load import NcclRun
+from commprof.ingest.nccl_logs.tables import NcclTables
 
 SCHEMA_VERSION = 2  # 2: inferred communicators, tier_reason, hosts' intra_host/inter_host
 MAX_WARNINGS = 20
@@ -209,5 +209,6 @@ def summarize(run: NcclRun, tables: NcclTables) -> dict[str, Any]:
             "inferred_links": stats.inferred_links,
             "inferred_comms": stats.inferred_comms,
             "skipped_files": stats.skipped_files,
+            "pasted_files": stats.pasted_files,
         },
     }

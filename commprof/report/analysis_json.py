@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from commprof.analyzers.bandwidth import BANDWIDTH_CONVENTION
 from commprof.errors import printable
+from commprof.report.other_sources import hang_dict
 
 if TYPE_CHECKING:
     from commprof.analyzers.findings import Finding
@@ -84,6 +85,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
             "ranks_analyzed": len(ranks),
             "hosts": list(facts.hosts),
             "mode": list(facts.modes),
+            "sources": _sources(analysis),
             "hta_compat": analysis.settings.hta_compat,
             "synthetic": facts.synthetic,
             "layout": _layout(analysis),
@@ -112,9 +114,20 @@ def build(analysis: Analysis) -> dict[str, Any]:
         "what_if": _what_if(analysis),
         "exposed_note": asdict(analysis.exposed_note) if analysis.exposed_note else None,
         "doubtful_ranks": analysis.doubtful_ranks.to_dicts(),
+        "flight_recorder": hang_dict(analysis.hang),
         "warnings": [printable(w) for w in analysis.warnings],  # file names in them: one line each
     })
     return report
+
+
+def _sources(analysis: Analysis) -> dict[str, list[int]]:
+    """Which reader read which ranks (kineto, nsys, ...), as the ranks table says."""
+    if "source" not in analysis.ranks.columns:
+        return {}
+    out: dict[str, list[int]] = {}
+    for rank, source in analysis.ranks.select("rank", "source").iter_rows():
+        out.setdefault(source or "kineto", []).append(int(rank))
+    return out
 
 
 def finding_dict(f: Finding) -> dict[str, Any]:

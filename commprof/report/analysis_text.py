@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from commprof.report.findings_text import finding_lines, what_if_lines
+from commprof.report.other_sources import hang_lines, hang_section
 
 
 def fmt_ms(ns: float | None) -> str:
@@ -217,6 +218,7 @@ def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str
         ("Top collectives by exposed time (all ranks)", TOP_COLUMNS, top_rows(report)),
         (skew_title(report), SKEW_COLUMNS, skew_rows(report)),
         ("Host clocks (aligned from matched collectives' end times)", CLOCK_COLUMNS, clock_rows(report)),
+        hang_section(report),
     ]
 
 
@@ -230,6 +232,8 @@ def render_text(report: dict[str, Any], console: Console) -> None:
     for line in what_if_lines(report):
         console.print(line, style="cyan", highlight=False, soft_wrap=True, markup=False)
     console.print(headline(report), style="bold", highlight=False)
+    for line in hang_lines(report):
+        console.print(line, style="bold red", highlight=False, soft_wrap=True, markup=False)
     for title, columns, rows in sections(report):
         if not rows:
             continue
@@ -261,7 +265,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     out = ["# commprof analysis", "", *finding_lines(report, markdown=True), ""]
     if report.get("what_if"):
         out += ["## What-if (an estimate)", "", *what_if_lines(report, markdown=True), ""]
-    out += [headline(report), ""]
+    out += [headline(report), "", *hang_lines(report), ""]
     for title, columns, rows in sections(report):
         if rows:
             out += [f"## {title}", "", _md_table(columns, rows), ""]

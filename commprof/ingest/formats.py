@@ -1,0 +1,19 @@
+"""Which reader takes a file: decided by its first bytes, not only its name, so a run may mix sources
+(Kineto traces for some ranks, nsys exports for others). Every reader hands on a RankTrace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from commprof.ingest import kineto, nsys
+from commprof.ingest.common.rank_trace import RankTrace, rank_from_file_name
+
+__all__ = ["RankTrace", "extract", "rank_from_file_name"]
+
+
+def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str | None = None) -> RankTrace:
+    """One input file -> its rank's tables, by the reader its content calls for."""
+    if nsys.is_sqlite(path):
+        return nsys.extract(path, label)
+    return kineto.extract(path, sidecars, label=label)

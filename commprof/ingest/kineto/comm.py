@@ -1,0 +1,180 @@
+"""What a trace says about each collective call: its op, group, size, peer and sequence number, from
+``record_param_comms``-style args, and the process groups it names."""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import math
+from typing import Any
+
+import polars as pl
+
+from commprof.ingest.common import names
+from commprof.ingest.common.rank_trace import MAX_RANK
+from commprof.ingest.kineto.decode import Args
+from commprof.ingest.schema import PROCESS_GROUPS
+
+COMM_FIELDS = ("op", "pg", "bytes", "dtype", "group_size", "peer", "seq", "is_async")
+
+
+INT64_LIMIT = 1 << 63
+
+
+def num(value: object) -> float | None:
+    """A finite number within int64, or None: a field with text, NaN, inf or 400 digits is not a size,
+    a rank or a sequence number (the caller counts it as missing)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return float(value) if -INT64_LIMIT <= value < INT64_LIMIT else None
+    if isinstance(value, float):
+        number = value
+    else:
+        try:
+            number = float(str(value))
+        except (ValueError, OverflowError):
+            return None
+    return number if math.isfinite(number) and -INT64_LIMIT <= number < INT64_LIMIT else None
+
+
+def as_int(value: object) -> int | None:
+    if type(value) is int:
+        return value if -INT64_LIMIT <= value < INT64_LIMIT else None
+    number = num(value)
+    return int(number) if number is not None else None
+
+
+
+
+def bounded_int(value: object, low: int, high: int) -> int | None:
+    """``as_int`` within [low, high), else None."""
+    number = as_int(value)
+    return number if number is not None and low <= number < high else None
+
+
+def parse_ranks(value: object) -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value.strip() or "[]")
+        except (ValueError, SyntaxError):
+            return None
+    if isinstance(value, (list, tuple)):
+        out = [bounded_int(v, 0, MAX_RANK) for v in value]
+        return [v for v in out if v is not None]
+    return None
+
+
+def comm_fields(args: Args | None, fallback: Args | None) -> dict[str, Any]:
+    """pg, op, bytes, dtype, group size, peer and seq from record_param_comms-style args (a field
+    ``args`` lacks is taken from ``fallback``). A size that the args do not give is None (unknown),
+    never 0. Runs once per communication kernel: written flat, without a helper call per field."""
+    if args is None:
+        args, fallback = fallback, None
+    if args is None or (args.collective_name is None and args.in_nelems is None and args.pg_name is None and (
+            fallback is None or (fallback.collective_name is None and fallback.in_nelems is None
+                                 and fallback.pg_name is None))):
+        return dict.fromkeys(COMM_FIELDS)
+    op, pg, dtype, in_n, out_n = args.collective_name, args.pg_name, args.dtype, args.in_nelems, args.out_nelems
+    dst, src, group_size, seq, is_async = args.dst_rank, args.src_rank, args.group_size, args.seq, args.is_async
+    if fallback is not None:
+        f = fallback
+        op = op if op is not None else f.collective_name
+        pg = pg if pg is not None else f.pg_name
+        dtype = dtype if dtype is not None else f.dtype
+        in_n = in_n if in_n is not None else f.in_nelems
+        out_n = out_n if out_n is not None else f.out_nelems
+        dst = dst if dst is not None else f.dst_rank
+        src = src if src is not None else f.src_rank
+        group_size = group_size if group_size is not None else f.group_size
+        seq = seq if seq is not None else f.seq
+        is_async = is_async if is_async is not None else f.is_async
+    size = names.dtype_size(dtype)
+    nbytes = None
+    if size:
+        nelems = [n for n in (bounded_int(in_n, 0, INT64_LIMIT), bounded_int(out_n, 0, INT64_LIMIT)) if n is not None]
+        if nelems:
+            nbytes = max(nelems) * size
+            if nbytes >= INT64_LIMIT:
+                nbytes = None
+    peer = bounded_int(dst, 0, MAX_RANK)
+    if peer is None:
+        peer = bounded_int(src, 0, MAX_RANK)
+    return {
+        "op": op,
+        "pg": str(pg) if pg is not None else None,
+        "bytes": nbytes,
+        "dtype": dtype,
+        "group_size": bounded_int(group_size, 1, MAX_RANK),
+        "peer": peer,
+        "seq": bounded_int(seq, 0, INT64_LIMIT),
+        "is_async": bool(as_int(is_async)) if is_async is not None else None,
+    }
+
+
+def process_groups(dist: Any, arg_sources: list[Args], sidecar: dict[str, Any] | None = None) -> pl.DataFrame:
+    """Groups from ``distributedInfo.pg_config``, completed by those named in per-op args and in the
+    record sidecar."""
+    rows: dict[str, dict[str, Any]] = {}
+    for group in (sidecar or {}).get("process_groups") or []:
+        ranks = parse_ranks(group.get("ranks")) or []
+        rows[str(group.get("name"))] = {
+            "pg": str(group.get("name")), "desc": group.get("desc"), "ranks": ranks,
+            "size": bounded_int(group.get("size"), 1, MAX_RANK) or len(ranks) or None, "backend": group.get("backend"),
+        }
+    configs = dist.pg_config if dist is not None and dist.pg_config is not None else []
+    if isinstance(configs, dict):
+        configs = list(configs.values())
+    for cfg in configs:
+        ranks = parse_ranks(cfg.ranks) or []
+        if str(cfg.pg_name) in rows:
+            continue
+        rows[str(cfg.pg_name)] = {
+            "pg": str(cfg.pg_name),
+            "desc": cfg.pg_desc or None,
+            "ranks": ranks,
+            "size": bounded_int(cfg.pg_size, 1, MAX_RANK) or len(ranks) or None,
+            "backend": cfg.backend_config or (dist.backend if dist else None),
+        }
+    for args in arg_sources:
+        if args.pg_name is None or str(args.pg_name) in rows:
+            continue
+        ranks = parse_ranks(args.pg_ranks) or []
+        rows[str(args.pg_name)] = {
+            "pg": str(args.pg_name),
+            "desc": args.pg_desc,
+            "ranks": ranks,
+            "size": bounded_int(args.group_size, 1, MAX_RANK) or len(ranks) or None,
+            "backend": dist.backend if dist else None,
+        }
+    return pl.DataFrame(list(rows.values()), schema=PROCESS_GROUPS) if rows else pl.DataFrame(schema=PROCESS_GROUPS)
+
+
+class CallOps:
+    """The collective calls on the CPU side (``c10d::alltoall_base_``, ``nccl:all_to_all``) per thread,
+    to name a kernel whose own name is ambiguous by the call its launch happened in."""
+
+    LOOK_BACK = 64  # calls nest a few deep: the enclosing one is among the last that started
+
+    def __init__(self, spans: list[tuple[Any, int, int, str]]) -> None:
+        by_thread: dict[Any, list[tuple[int, int, str]]] = {}
+        for tid, start, end, op in spans:
+            by_thread.setdefault(tid, []).append((start, end, op))
+        self.by_thread = {tid: sorted(s) for tid, s in by_thread.items()}
+        self.starts = {tid: [s[0] for s in spans_of] for tid, spans_of in self.by_thread.items()}
+
+    def op_at(self, tid: Any, at: int) -> str | None:
+        """The innermost named call on ``tid`` whose span holds ``at``."""
+        spans = self.by_thread.get(tid)
+        if not spans:
+            return None
+        i = bisect.bisect_right(self.starts[tid], at) - 1
+        stop = max(-1, i - self.LOOK_BACK)
+        while i > stop:
+            start, end, op = spans[i]
+            if start <= at <= end:
+                return op
+            i -= 1
+        return None

@@ -1,0 +1,136 @@
+"""The typed shape of a Kineto trace: only the fields commprof reads.
+
+Kineto traces are hundreds of MB of JSON per rank. Decoding them with ``msgspec`` into structs that
+name only the fields we use skips everything else at C speed (about 6x faster than ``json.loads``
+into dicts on a 54 MB trace, and far less memory); see the README's "Why msgspec".
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+Number = int | float
+NULL = msgspec.Raw(b"null")
+
+
+class Args(msgspec.Struct, gc=False):
+    """The event args we read. Everything is optional and loosely typed: writers differ."""
+
+    stream: Number | str | None = None
+    device: Number | str | None = None
+    correlation: Number | None = None
+    external_id: Number | None = msgspec.field(default=None, name="External id")
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: Number | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Number | None = msgspec.field(default=None, name="Out msg nelems")
+    in_split: str | list[Number] | None = msgspec.field(default=None, name="In split size")
+    out_split: str | list[Number] | None = msgspec.field(default=None, name="Out split size")
+    group_size: Number | str | None = msgspec.field(default=None, name="Group size")
+    dtype: str | None = None
+    pg_name: str | Number | None = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: str | list[Number] | None = msgspec.field(default=None, name="Process Group Ranks")
+    seq: Number | str | None = msgspec.field(default=None, name="Seq")
+    src_rank: Number | None = msgspec.field(default=None, name="Src Rank")
+    dst_rank: Number | None = msgspec.field(default=None, name="Dst Rank")
+    is_async: Number | bool | str | None = msgspec.field(default=None, name="Is asynchronized op")
+    # Input shapes are only needed for a few comm ops: keep them raw, decode on demand.
+    input_dims: msgspec.Raw = msgspec.field(default=NULL, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=NULL, name="Input type")
+    # metadata events ("M"): process_name / thread_name / process_labels
+    name: str | Number | None = None
+    labels: str | None = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event. ``args`` stays raw JSON: most events' args are never read, and decoding
+    them only for the events that matter is a quarter faster overall."""
+
+    ph: str = ""
+    name: str | Number = ""
+    cat: str = ""
+    pid: Number | str = 0
+    tid: Number | str = 0
+    # µs. Untyped so that the decoders' ``float_hook=str`` hands float literals over as their text,
+    # converted to ns exactly later (commprof.ingest.common.exact_time); integers arrive as ints.
+    ts: Any = None
+    dur: Any = None
+    args: msgspec.Raw = NULL
+
+
+_args_decoder = msgspec.json.Decoder(Args)
+
+
+class _Correlation(msgspec.Struct, gc=False):
+    # bounded here, at C speed: a correlation past int64 fails the decode and reads as missing
+    correlation: Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)] | None = None
+
+
+_correlation_decoder = msgspec.json.Decoder(_Correlation)
+
+
+def decode_args(raw: msgspec.Raw) -> Args | None:
+    """The event's args, or None when absent or not an object of the expected shape."""
+    if raw is NULL:
+        return None
+    try:
+        return _args_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def decode_correlation(raw: msgspec.Raw) -> int | None:
+    """The ``correlation`` of a runtime event (cudaLaunchKernel & co.): all its args that are read."""
+    if raw is NULL:
+        return None
+    try:
+        return _correlation_decoder.decode(raw).correlation
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+class PgConfig(msgspec.Struct):
+    pg_name: str | Number = ""
+    pg_desc: str = ""
+    backend_config: str = ""
+    pg_size: Number = 0
+    ranks: list[Number] | str = []
+
+
+class DistributedInfo(msgspec.Struct):
+    backend: str | None = None
+    rank: Number | None = None
+    world_size: Number | None = None
+    pg_count: Number | None = None
+    pg_config: list[PgConfig] | dict[str, PgConfig] | None = None
+    nccl_version: str | None = None
+
+
+class DeviceProperty(msgspec.Struct):
+    id: Number | None = None
+    name: str | None = None
+    computeMajor: Number | None = None  # noqa: N815 (Kineto's spelling)
+    computeMinor: Number | None = None  # noqa: N815
+    totalGlobalMem: Number | None = None  # noqa: N815
+
+
+class Trace(msgspec.Struct):
+    traceEvents: list[Event] | None = None  # noqa: N815
+    distributedInfo: DistributedInfo | None = None  # noqa: N815
+    deviceProperties: list[DeviceProperty] | None = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815 (ns; untyped for exactness, see Event.ts)
+    host_name: str | None = None
+
+
+def merge_headers(parts: list[Trace]) -> Trace:
+    """Top-level fields from several partial documents; the first one that has a field wins."""
+    merged = Trace()
+    for field_name in Trace.__struct_fields__:
+        for part in parts:
+            value = getattr(part, field_name)
+            if value is not None:
+                setattr(merged, field_name, value)
+                break
+    return merged

@@ -1,0 +1,219 @@
+"""One Kineto trace -> the rows it contributes to the run's tables (one pass over its events)."""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from commprof.ingest.common import names
+from commprof.ingest.common.exact_time import base_ns as exact_base_ns
+from commprof.ingest.common.plausible import describe, implausible, reference
+from commprof.ingest.common.rank_trace import MAX_RANK, RankTrace, rank_from_file_name
+from commprof.ingest.kineto.comm import (
+    COMM_FIELDS,
+    as_int,
+    bounded_int,
+    comm_fields,
+    process_groups,
+)
+from commprof.ingest.kineto.cpu import cpu_tables
+from commprof.ingest.kineto.scan import KIND_TABLE, Scan
+from commprof.ingest.kineto.stream import stream_events
+from commprof.ingest.kineto.times import launches_of, name_ambiguous
+from commprof.ingest.kineto.times import step_marks as step_marks_of
+from commprof.ingest.schema import COLLECTIVES, INTERVALS
+
+
+def _pick_sidecar(sidecars: list[dict[str, Any]] | None, rank: int | None, pid: Any) -> dict[str, Any] | None:
+    """The ``commprof record`` sidecar of this trace's rank (same rank, else same OS pid)."""
+    for sidecar in sidecars or []:
+        if rank is not None and sidecar.get("rank") == rank:
+            return sidecar
+    for sidecar in sidecars or []:
+        if pid is not None and sidecar.get("pid") == pid:
+            return sidecar
+    return None
+
+
+def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str | None = None) -> RankTrace:
+    """Stream one trace file into the rows it contributes to the run's tables. ``sidecars`` are the
+    rank sidecars of a ``commprof record`` run (raw/ranks/*.json): they name the process group of
+    each Gloo op, which the trace itself does not. ``label`` names the file in warnings (the file as
+    the user gave it, where ``path`` is a temporary split of it)."""
+    label = label or str(path)
+    scan = Scan()
+    # Hundreds of thousands of small tuples trigger the cyclic GC over and over; nothing here forms
+    # cycles, so it is paused for the pass (about a tenth of the ingest time).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        streamed = stream_events(path, scan.add, label=label)
+        scan.finish()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    trace = streamed.header
+    base_ns = exact_base_ns(trace.baseTimeNanoseconds)
+    warnings = list(streamed.warnings)
+    if scan.bad:
+        shown = "; ".join(f"{n} × {what}" for what, n in scan.bad.most_common(3))
+        more = f"; and {len(scan.bad) - 3} other kinds" if len(scan.bad) > 3 else ""
+        warnings.append(f"{label}: skipped {sum(scan.bad.values())} device events: {shown}{more}")
+    dist = trace.distributedInfo
+    rank, rank_source = bounded_int(dist.rank, 0, MAX_RANK) if dist else None, "distributedInfo"
+    world_size = bounded_int(dist.world_size, 1, MAX_RANK + 1) if dist else None
+    for key, value, kept in (("rank", dist.rank if dist else None, rank),
+                             ("world_size", dist.world_size if dist else None, world_size)):
+        if value is not None and kept is None:
+            warnings.append(f"{label}: distributedInfo.{key} {str(value)[:40]!r} is not a number of ranks; ignored")
+    if trace.baseTimeNanoseconds is not None and base_ns == 0 and trace.baseTimeNanoseconds not in (0, "0"):
+        warnings.append(f"{label}: baseTimeNanoseconds {str(trace.baseTimeNanoseconds)[:40]!r} is not a time; "
+                        "read as 0")
+    if rank is None:
+        rank, rank_source = rank_from_file_name(label.rsplit("#", 1)[-1] if "#" in label else label), "file name"
+    table_rank = rank if rank is not None else 0
+    mode = "gpu" if len(scan.dev) else "cpu"
+    cpu_pid = _main_pid(scan)
+    sidecar = _pick_sidecar(sidecars, rank if rank_source == "distributedInfo" else None, cpu_pid)
+    step_marks = step_marks_of(scan, base_ns, cpu_pid, table_rank, label, warnings)
+    if mode == "gpu":
+        intervals, collectives = _gpu_tables(scan, base_ns, table_rank, label, warnings)
+    else:
+        intervals, collectives = cpu_tables(scan, base_ns, cpu_pid, table_rank, label, warnings, sidecar)
+    gpu_name = None
+    if trace.deviceProperties:
+        gpu_name = next((d.name for d in trace.deviceProperties if d.name), None)
+    arg_sources = [*scan.comm_args_by_external_id.values(), *scan.dev_comm_args.values()]
+    return RankTrace(
+        file=label,
+        rank=rank,
+        world_size=world_size,
+        backend=dist.backend if dist else None,
+        host=trace.host_name,
+        pid=as_int(cpu_pid),
+        device=",".join(sorted(scan.devices)) if mode == "gpu" else "cpu",
+        gpu_name=gpu_name,
+        mode=mode,
+        intervals=intervals,
+        collectives=collectives,
+        step_marks=step_marks,
+        process_groups=process_groups(dist, arg_sources, sidecar),
+        warnings=warnings,
+        rank_source=rank_source if rank is not None else None,
+        corrupt=streamed.corrupt,
+    )
+
+
+def _main_pid(scan: Scan) -> Any:
+    """The training process: the one with ProfilerStep marks, else the first non-GPU one."""
+    pids, table = scan.cpu.col("pid"), scan.pids.table()
+    if scan.step_rows:
+        return table[pids[scan.step_rows[0]]]
+    gpu = [code for code, pid in enumerate(table) if pid in scan.gpu_pids]
+    other = np.flatnonzero(~np.isin(pids, gpu)) if gpu else np.arange(min(1, pids.size))
+    return table[pids[other[0]]] if other.size else None
+
+
+def _gpu_tables(
+    scan: Scan, base_ns: int, rank: int, label: str, warnings: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    dev = scan.dev
+    start, dur_ns = dev.col("ts") + base_ns, dev.col("dur")
+    valid = dev.ok("ts") & dev.ok("dur")
+    end = start + dur_ns
+    why: Counter[str] = Counter()
+    odd = implausible(start, end, reference(start[valid]), why) & valid
+    correlation = dev.col("corr")
+    launched, launch_ns = launches_of(scan, base_ns, correlation)
+    name_table = pl.Series(scan.dev_names.table(), dtype=pl.String)
+    intervals = pl.DataFrame(
+        {
+            "rank": np.full(len(start), rank, dtype=np.int32),
+            "lane": pl.Series(scan.lane_names.table(), dtype=pl.String).gather(dev.col("lane")),
+            "name": name_table.gather(dev.col("name")),
+            "kind": pl.Series(KIND_TABLE, dtype=pl.String).gather(dev.col("kind")),
+            "start_ns": start,
+            "end_ns": end,
+            "correlation": pl.Series(correlation).set(pl.Series(correlation < 0), None),
+            "launch_ns": pl.Series(launch_ns).set(pl.Series(~launched), None),  # null: no launch in the trace
+        },
+        schema=INTERVALS,
+    )
+    if not valid.all():
+        warnings.append(f"{label}: skipped {int((~valid).sum())} device events whose ts or dur is not a number")
+    if why:
+        warnings.append(describe(label, "device events", why))
+        valid &= ~odd
+    if not valid.all():
+        intervals = intervals.filter(pl.Series(valid))
+    _warn_unclassified(scan, intervals, label, warnings)
+    return intervals, _gpu_collectives(scan, rank, label, warnings, start, end, valid, launched, launch_ns,
+                                       correlation)
+
+
+def _warn_unclassified(scan: Scan, intervals: pl.DataFrame, label: str, warnings: list[str]) -> None:
+    if not scan.unclassified:
+        return
+    counts = intervals.filter(pl.col("name").is_in(list(scan.unclassified)))["name"].value_counts(sort=True)
+    shown = ", ".join(f"{name[:80]!r} × {n}" for name, n in counts.head(3).iter_rows())
+    warnings.append(
+        f"{label}: {counts['count'].sum()} kernels ({counts.height} names) look like communication but no rule "
+        f"classifies them, so they count as compute: {shown}")
+
+
+def _gpu_collectives(
+    scan: Scan, rank: int, label: str, warnings: list[str], start: np.ndarray, end: np.ndarray,
+    valid: np.ndarray, launched: np.ndarray, launch_ns: np.ndarray, correlation: np.ndarray,
+) -> pl.DataFrame:
+    idx = np.fromiter(scan.dev_comm_args.keys(), dtype=np.int64, count=len(scan.dev_comm_args))
+    idx = idx[valid[idx]]
+    rows = idx.tolist()
+    name_table, lane_table = scan.dev_names.table(), scan.lane_names.table()
+    name_codes, lane_codes = scan.dev.col("name")[idx].tolist(), scan.dev.col("lane")[idx].tolist()
+    cols: dict[str, list[Any]] = {key: [] for key in COMM_FIELDS}
+    appends = [(key, cols[key].append) for key in COMM_FIELDS]
+    ambiguous: list[int] = []  # positions whose op the kernel name leaves open
+    by_ext, comm_args = scan.comm_args_by_external_id, scan.dev_comm_args
+    normalize_op, kernel_op = names.normalize_op, names.kernel_op
+    for k, i in enumerate(rows):
+        args = comm_args[i]
+        ext = args.external_id
+        if type(ext) is not int:
+            ext = as_int(ext)
+        fields = comm_fields(args, by_ext.get(ext) if ext is not None else None)
+        named = fields["op"]
+        fields["op"] = normalize_op(named) if named else kernel_op(name_table[name_codes[k]])
+        if named is None and fields["op"] in ("send_recv", "unknown"):
+            ambiguous.append(k)
+        for key, append in appends:
+            append(fields[key])
+    if ambiguous:
+        name_ambiguous(scan, cols["op"], [rows[k] for k in ambiguous], ambiguous, correlation, start)
+    unknown = np.array([pg is None and size is None for pg, size in zip(cols["pg"], cols["bytes"], strict=True)],
+                       dtype=np.bool_)
+    pre_window = int((unknown & ~launched[idx]).sum())
+    no_args = int((unknown & launched[idx]).sum())
+    if pre_window:
+        warnings.append(
+            f"{label}: {pre_window} communication kernels have no launch in the trace (launched before the "
+            "profiler started, so the CPU op and its arguments were not recorded): their op, process group "
+            "and size are unknown (left empty, not 0)")
+    if no_args:
+        warnings.append(
+            f"{label}: {no_args} communication kernels carry no collective arguments (no record_param_comms: "
+            "older PyTorch or another library): their process group and size are unknown (left empty, not 0)")
+    frame = {
+        **cols,
+        "rank": np.full(idx.size, rank, dtype=np.int32),
+        "name": [name_table[c] for c in name_codes],
+        "lane": [lane_table[c] for c in lane_codes],
+        "start_ns": start[idx],
+        "end_ns": end[idx],
+        "launch_ns": pl.Series(launch_ns[idx], dtype=pl.Int64).set(pl.Series(~launched[idx]), None),
+    }
+    return pl.DataFrame({key: frame[key] for key in COLLECTIVES}, schema=COLLECTIVES)

@@ -1,0 +1,97 @@
+"""The rows one pass over a trace keeps, column by column, at a few bytes a row.
+
+Kept as Python tuples, a kernel's row with its times as text (the decoder hands float literals over as
+text, see exact_time) costs about 250 bytes, and what the allocator keeps around them more: a 20 MB
+trace's rows held more memory than its JSON. Here repeated values (names, lanes, pids, tids,
+categories) are numbered in order of first sight, and the values waiting in Python lists are turned
+into numpy columns once ``BATCH`` times are pending — the times of every table in one conversion call,
+so its fixed cost is paid a few times per trace, not once per decoded piece. What the pass holds is
+then bounded by the kept columns plus one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from commprof.ingest.common.exact_time import to_ns
+
+BATCH = 1 << 15  # pending time values that make a flush (~3 MB of Python values)
+
+
+class Codes(dict[Any, int]):
+    """Values numbered in order of first sight: ``codes[value]`` gives (and, the first time, makes) the
+    number; ``table()`` lists the values by number. Equal values share a number (1 and 1.0 too, as the
+    tuples they replace compared them)."""
+
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = len(self)
+        return code
+
+    def table(self) -> list[Any]:
+        return list(self)
+
+
+class Rows:
+    """One table's kept rows. ``pending[name]`` is the list a pass appends a column's values to (times
+    as read: µs ints or text; other columns: ints that fit ``dtype``); :func:`flush` moves them into
+    numpy chunks. After :meth:`finish`, ``col(name)`` is the whole column (times in ns, without the
+    trace's base) and ``ok(name)`` says which times were numbers."""
+
+    def __init__(self, times: Sequence[str], ints: dict[str, type[np.integer[Any]]]) -> None:
+        self.times = tuple(times)
+        self.ints = dict(ints)
+        self.pending: dict[str, list[Any]] = {n: [] for n in (*self.times, *self.ints)}
+        self._chunks: dict[str, list[npt.NDArray[Any]]] = {n: [] for n in self.pending}
+        self._ok: dict[str, list[npt.NDArray[np.bool_]]] = {n: [] for n in self.times}
+        self.flushed = 0
+        self._first = next(iter(self.pending))
+
+    def __len__(self) -> int:
+        return self.flushed + len(self.pending[self._first])
+
+    def pending_times(self) -> int:
+        return len(self.pending[self._first]) * len(self.times)
+
+    def _take_ints(self) -> None:
+        for name, dtype in self.ints.items():
+            values = self.pending[name]
+            self._chunks[name].append(np.array(values, dtype=dtype))
+            values.clear()  # cleared, not replaced: the pass holds these lists' append methods
+
+    def finish(self) -> None:
+        for name in self.pending:
+            chunks = self._chunks[name]
+            dtype = self.ints.get(name, np.int64)
+            self._chunks[name] = [np.concatenate(chunks) if chunks else np.empty(0, dtype)]
+        for name in self.times:
+            oks = self._ok[name]
+            self._ok[name] = [np.concatenate(oks) if oks else np.empty(0, np.bool_)]
+
+    def col(self, name: str) -> npt.NDArray[Any]:
+        return self._chunks[name][0]
+
+    def ok(self, name: str) -> npt.NDArray[np.bool_]:
+        return self._ok[name][0]
+
+
+def flush(tables: Sequence[Rows]) -> None:
+    """Convert every pending value of ``tables``: all their times in one :func:`to_ns` call."""
+    rows = [len(t.pending[t._first]) for t in tables]
+    if not any(rows):
+        return
+    lists = [t.pending[name] for t in tables for name in t.times]
+    ns, ok = to_ns(list(chain.from_iterable(lists)))
+    at = 0
+    for table, n in zip(tables, rows, strict=True):
+        for name in table.times:
+            table._chunks[name].append(ns[at : at + n])
+            table._ok[name].append(ok[at : at + n])
+            table.pending[name].clear()
+            at += n
+        table._take_ints()
+        table.flushed += n

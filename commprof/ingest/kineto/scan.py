@@ -1,0 +1,219 @@
+"""The one pass over a Kineto trace's events: what it keeps of each event, column by column (:class:`Scan`).
+The reader (reader.py) drives it; cpu.py and times.py read what it kept. It lives apart from the reader so
+that those two import it without importing the reader (which imports them)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from commprof.ingest.common import names
+from commprof.ingest.kineto.comm import INT64_LIMIT, as_int
+from commprof.ingest.kineto.decode import NULL, Args, Event, decode_args, decode_correlation
+from commprof.ingest.kineto.rows import BATCH, Codes, Rows
+from commprof.ingest.kineto.rows import flush as flush_rows
+
+
+def _strip_raw(args: Args) -> Args:
+    """Args kept past their piece must not hold Raw views into the piece's text buffer."""
+    if args.input_dims is NULL and args.input_type is NULL:
+        return args
+    return msgspec.structs.replace(args, input_dims=NULL, input_type=NULL)
+
+
+def _own_raw(args: Args) -> Args:
+    """A copy of args whose Raw fields own their bytes (kept for Gloo ops' shapes)."""
+    return msgspec.structs.replace(args, input_dims=args.input_dims.copy(), input_type=args.input_type.copy())
+
+
+_SKIP, _DEVICE, _MEMORY, _CPU, _RUNTIME = 0, 1, 2, 3, 4
+RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "xpu_runtime", "privateuse1_runtime"})
+
+
+_PLAIN, _COMM_OP, _PARAM_COMMS, _STEP = 0, 1, 2, 3
+
+
+def _cpu_role(name: str) -> int:
+    """What a CPU op is to the pass (cached per name: op names repeat by the thousand)."""
+    if name.startswith(names.COMM_OP_PREFIXES) or name.startswith(names.CALL_OP_PREFIXES):
+        return _COMM_OP  # c10d calls too: their input shapes link a worker op to its caller (gloo_calls)
+    if name == "record_param_comms":
+        return _PARAM_COMMS
+    return _STEP if name.startswith("ProfilerStep#") else _PLAIN
+
+
+def _is_launch(name: Any) -> bool:
+    """Runtime calls that put work on a device (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch,
+    hipModuleLaunchKernel, cudaMemcpyAsync, cudaMemsetAsync, ...): only these carry a kernel's launch,
+    so only their args are read (the others, syncs and event records, are half of all runtime calls)."""
+    low = str(name).lower()
+    return "launch" in low or "memcpy" in low or "memset" in low
+
+
+def _category(cat: str) -> int:
+    low = cat.lower()
+    if low in names.MEMORY_CATEGORIES:
+        return _MEMORY
+    if low in names.DEVICE_CATEGORIES:
+        return _DEVICE
+    if low in RUNTIME_CATEGORIES:
+        return _RUNTIME
+    return _CPU if low in names.CPU_CATEGORIES else _SKIP
+
+
+KIND_TABLE = ("compute", "comm", "memory")  # a device row's kind, by its code
+_COMPUTE, _COMM, _MEM = 0, 1, 2
+
+
+@dataclass
+class Scan:
+    """Everything kept from the events, one piece of the trace at a time: rows go column by column into
+    :class:`Rows` (names, lanes, pids and tids as codes into the ``Codes`` tables, times converted in
+    batches), so the pass holds a few bytes a row and not the rows' text."""
+
+    dev: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"name": np.int32, "lane": np.int32,
+                                                                  "kind": np.int8, "corr": np.int64}))
+    dev_comm_args: dict[int, Args] = field(default_factory=dict)  # device row -> args of comm kernels
+    cpu: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"pid": np.int32, "tid": np.int32,
+                                                                  "name": np.int32, "cat": np.int32}))
+    cpu_comm_args: dict[int, Args] = field(default_factory=dict)  # cpu row -> args of comm ops and c10d calls
+    step_rows: list[int] = field(default_factory=list)  # cpu rows of ProfilerStep#N marks
+    launch: Rows = field(default_factory=lambda: Rows(("ts",), {"corr": np.int64, "tid": np.int32}))
+    comm_args_by_external_id: dict[int, Args] = field(default_factory=dict)
+    thread_names: dict[Any, str] = field(default_factory=dict)
+    gpu_pids: set[Any] = field(default_factory=set)
+    devices: set[str] = field(default_factory=set)
+    lanes: dict[tuple[Any, Any], int] = field(default_factory=dict)  # (device, stream) -> lane code
+    lane_names: Codes = field(default_factory=Codes)  # lane text -> code (keys that print alike share one)
+    dev_names: Codes = field(default_factory=Codes)  # kernel / memcpy names
+    cpu_names: Codes = field(default_factory=Codes)  # CPU op names
+    pids: Codes = field(default_factory=Codes)
+    tids: Codes = field(default_factory=Codes)  # CPU threads of ops and of runtime calls alike
+    cats: Codes = field(default_factory=Codes)
+    categories: dict[str, int] = field(default_factory=dict)
+    kernel_kinds: dict[str, int] = field(default_factory=dict)  # kernel name -> _COMPUTE | _COMM | _MEM
+    launch_names: dict[Any, bool] = field(default_factory=dict)  # runtime call name -> does it launch work
+    cpu_roles: dict[str, int] = field(default_factory=dict)  # CPU op name -> _PLAIN, _COMM_OP, ...
+    unclassified: set[str] = field(default_factory=set)  # kernel names that read like comm, taken as compute
+    bad: Counter[str] = field(default_factory=Counter)  # what the skipped device events were
+
+    def add(self, events: list[Event]) -> None:
+        categories, category = self.categories, _category
+        kernel_kinds, cpu_roles, launch_names = self.kernel_kinds, self.cpu_roles, self.launch_names
+        dev, cpu, launch = self.dev.pending, self.cpu.pending, self.launch.pending
+        d_ts, d_dur, d_name, d_lane = dev["ts"].append, dev["dur"].append, dev["name"].append, dev["lane"].append
+        d_kind, d_corr = dev["kind"].append, dev["corr"].append
+        c_ts, c_dur, c_name, c_cat = cpu["ts"].append, cpu["dur"].append, cpu["name"].append, cpu["cat"].append
+        c_pid, c_tid = cpu["pid"].append, cpu["tid"].append
+        l_ts, l_corr, l_tid = launch["ts"].append, launch["corr"].append, launch["tid"].append
+        dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
+        for ev in events:
+            if ev.ph != "X":
+                if ev.ph == "M":
+                    self._metadata(ev, decode_args(ev.args))
+                continue
+            kind = categories.get(ev.cat)
+            if kind is None:
+                kind = categories[ev.cat] = category(ev.cat)
+            if kind == _CPU:
+                name = ev.name if type(ev.name) is str else str(ev.name)
+                role = cpu_roles.get(name)
+                if role is None:
+                    role = cpu_roles[name] = _cpu_role(name)
+                if role == _PLAIN:
+                    pass
+                elif role == _COMM_OP:
+                    args = decode_args(ev.args)
+                    if args is not None:
+                        self.cpu_comm_args[len(self.cpu)] = _own_raw(args)
+                elif role == _PARAM_COMMS:
+                    args = decode_args(ev.args)
+                    ext = as_int(args.external_id) if args is not None else None
+                    if args is not None and ext is not None:
+                        self.comm_args_by_external_id[ext] = _strip_raw(args)
+                else:
+                    self.step_rows.append(len(self.cpu))
+                c_pid(pids[ev.pid])
+                c_tid(tids[ev.tid])
+                c_name(cpu_names[name])
+                c_cat(cats[ev.cat])
+                c_ts(ev.ts)
+                c_dur(ev.dur)
+            elif kind == _RUNTIME:
+                launches = launch_names.get(ev.name)
+                if launches is None:
+                    launches = launch_names[ev.name] = _is_launch(ev.name)
+                if launches:
+                    corr = decode_correlation(ev.args)
+                    if corr is not None and ev.ts is not None:
+                        l_corr(corr)
+                        l_ts(ev.ts)
+                        l_tid(tids[ev.tid])
+            elif kind != _SKIP:
+                args = decode_args(ev.args)
+                if ev.ts is None or ev.dur is None or args is None or args.stream is None:
+                    missing = [k for k, v in (("ts", ev.ts), ("dur", ev.dur)) if v is None]
+                    missing += ["args.stream"] if args is None or args.stream is None else []
+                    self.bad[f"{ev.cat} {str(ev.name)[:60]!r} without {'/'.join(missing)}"] += 1
+                    continue
+                name = ev.name if type(ev.name) is str else str(ev.name)
+                key = (args.device if args.device is not None else ev.pid, args.stream)
+                lane = self.lanes.get(key)
+                if lane is None:
+                    lane = self._lane(key)
+                if kind == _MEMORY:
+                    row_kind = _MEM
+                else:
+                    known = kernel_kinds.get(name)
+                    row_kind = known if known is not None else self._kernel_kind(name)
+                if row_kind == _COMM:
+                    self.dev_comm_args[len(self.dev)] = _strip_raw(args)
+                dev_corr = args.correlation
+                if type(dev_corr) is not int or not -INT64_LIMIT <= dev_corr < INT64_LIMIT:
+                    read = as_int(dev_corr)  # missing, floats: rare writers
+                    dev_corr = -1 if read is None else read
+                d_name(dev_names[name])
+                d_lane(lane)
+                d_kind(row_kind)
+                d_corr(dev_corr)
+                d_ts(ev.ts)
+                d_dur(ev.dur)
+        if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
+            flush_rows((self.dev, self.cpu, self.launch))
+
+    def finish(self) -> None:
+        """After the last piece: every pending row into the columns."""
+        tables = (self.dev, self.cpu, self.launch)
+        flush_rows(tables)
+        for table in tables:
+            table.finish()
+
+    def _kernel_kind(self, name: str) -> int:
+        if "Memcpy" in name or "Memset" in name:
+            kind = _MEM
+        elif names.is_comm_kernel(name):
+            kind = _COMM
+        else:
+            kind = _COMPUTE
+            if names.looks_like_comm(name):
+                self.unclassified.add(name)
+        self.kernel_kinds[name] = kind
+        return kind
+
+    def _lane(self, key: tuple[Any, Any]) -> int:
+        dev = str(as_int(key[0]) if as_int(key[0]) is not None else key[0])
+        self.devices.add(dev)
+        code = self.lanes[key] = self.lane_names[f"gpu {dev} stream {as_int(key[1])}"]
+        return code
+
+    def _metadata(self, ev: Event, args: Args | None) -> None:
+        if args is None:
+            return
+        if ev.name == "thread_name" and isinstance(args.name, str):
+            self.thread_names[(ev.pid, ev.tid)] = args.name
+        elif ev.name == "process_labels" and (args.labels or "").startswith("GPU"):
+            self.gpu_pids.add(ev.pid)

@@ -1,0 +1,101 @@
+"""COLL lines, parsed a chunk at a time by polars (split on spaces, regex only for odd rows) instead
+of line by line in Python.
+
+NCCL's ``count`` is in elements of ``datatype`` and per rank where the collective has per-rank
+buffers (AllGather: send count; ReduceScatter: receive count), so ``bytes`` here is NCCL's
+message size, not the full buffer nccl-tests uses for busbw; the analyzers scale it by group size.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from commprof.ingest.nccl_logs import patterns as pt
+
+COLL_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "op": pl.String,
+    "op_count": pl.Int64,
+    "count": pl.Int64,
+    "datatype": pl.String,
+    "bytes": pl.Int64,
+    "redop": pl.String,
+    "root": pl.Int32,
+    "comm_ptr": pl.String,
+    "nranks": pl.Int32,
+    "stream": pl.String,
+    "comm_index": pl.Int32,
+    "process_index": pl.Int32,
+}
+
+_DTYPE_NAMES = {str(i): name for i, (name, _) in enumerate(pt.DATATYPES)}
+_DTYPE_SIZES = {str(i): size for i, (_, size) in enumerate(pt.DATATYPES)}
+_REDOPS = {str(i): name for i, name in enumerate(pt.REDOPS)}
+
+
+# "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream %p"
+_TOKENS = {1: "opCount", 3: "sendbuff", 5: "recvbuff", 7: "count", 9: "datatype", 11: "op", 13: "root", 15: "comm"}
+
+
+def _by_split(raw: pl.DataFrame) -> pl.DataFrame:
+    """Split on spaces (3x faster than a regex in polars) and keep rows whose keywords sit where
+    the format puts them."""
+    f = [pl.col("t").struct.field(f"field_{i}") for i in range(20)]
+    has_nranks = f[17].str.starts_with("[nranks=")
+    frame = raw.select(pl.col("msg").str.splitn(" ", 20).alias("t"), "comm_index", "process_index").select(
+        f[0].str.strip_suffix(":").alias("op"),
+        f[2].alias("opcount"),
+        f[8].alias("count"),
+        f[10].alias("dtype"),
+        f[12].alias("redop"),
+        f[14].alias("root"),
+        f[16].str.strip_chars_end().alias("ptr"),
+        pl.when(has_nranks).then(f[17].str.strip_prefix("[nranks=").str.strip_suffix("]")).alias("nranks"),
+        pl.when(has_nranks).then(f[19]).otherwise(f[18]).str.strip_chars_end().alias("stream"),
+        "comm_index",
+        "process_index",
+        pl.all_horizontal([f[i] == word for i, word in _TOKENS.items()] + [f[0].str.ends_with(":")])
+        .fill_null(False)
+        .alias("ok"),
+    )
+    return frame
+
+
+def _by_regex(raw: pl.DataFrame) -> pl.DataFrame:
+    """The slow path, for rows the split did not place (odd spacing)."""
+    return (
+        raw.select(pl.col("msg").str.extract_groups(pt.COLL.pattern).alias("g"), "comm_index", "process_index")
+        .unnest("g")
+        .filter(pl.col("op").is_not_null())
+    )
+
+
+def coll_frame(msgs: list[str], comm_index: list[int], process_index: list[int]) -> tuple[pl.DataFrame, int]:
+    """Parse COLL messages; returns the rows that parsed and how many did not (cut lines)."""
+    raw = pl.DataFrame(
+        {
+            "msg": pl.Series(msgs, dtype=pl.String),
+            "comm_index": pl.Series(comm_index, dtype=pl.Int32),
+            "process_index": pl.Series(process_index, dtype=pl.Int32),
+        }
+    )
+    split = _by_split(raw)
+    ok = split.get_column("ok")
+    parsed = split.filter(ok).drop("ok")
+    if not ok.all():
+        parsed = pl.concat([parsed, _by_regex(raw.filter(~ok)).select(parsed.columns)])
+    dtype, count = pl.col("dtype"), pl.col("count").cast(pl.Int64, strict=False)
+    frame = parsed.select(
+        "op",
+        pl.col("opcount").str.to_integer(base=16, strict=False).alias("op_count"),
+        count.alias("count"),
+        dtype.replace_strict(_DTYPE_NAMES, default=pl.lit("dtype") + dtype).alias("datatype"),
+        (count * dtype.replace_strict(_DTYPE_SIZES, default=None)).cast(pl.Int64).alias("bytes"),
+        pl.col("redop").replace_strict(_REDOPS, default=pl.lit("user")).alias("redop"),
+        pl.col("root").cast(pl.Int32, strict=False),
+        pl.col("ptr").alias("comm_ptr"),
+        pl.col("nranks").cast(pl.Int32, strict=False),
+        "stream",
+        "comm_index",
+        "process_index",
+    )
+    return frame.cast(COLL_SCHEMA), raw.height - frame.height  # type: ignore[arg-type]

@@ -1,0 +1,174 @@
+"""Find NCCL logs and XML dumps under a run directory, a folder or a file, and load them.
+
+NCCL logs have no fixed name (``NCCL_DEBUG_FILE=nccl.%h.%p`` gives ``nccl.node01.1234``; often
+they are just the job's stdout), so files are recognised by their first bytes, not their names.
+Files whose suffix says they are something else (traces, tables, images) are never opened.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from commprof.errors import InputError
+from commprof.ingest.discover import regular_file_problem
+from commprof.ingest.nccl_logs.parser import NcclLogs, parse_nccl_logs
+from commprof.ingest.nccl_logs.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml, xml_kind
+
+SNIFF_BYTES = 1 << 20
+LOG_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"NCCL version")
+NOT_LOGS = frozenset(
+    ".json .parquet .pt .pth .npy .npz .pkl .pickle .png .jpg .jpeg .svg .html .zip .tar .so .py .pyc "
+    ".whl .arrow .feather .csv .ipynb .nsys-rep .qdrep .sqlite .db .safetensors .bin .ckpt .pdf".split()
+)
+SKIP_DIRS = frozenset({"tables", "__pycache__", "node_modules"})
+T = TypeVar("T")
+
+
+class NoNcclLogs(InputError):
+    """A readable folder with no NCCL log in it: ``commprof topology`` then shows what the run has instead."""
+
+
+@dataclass
+class NcclInputs:
+    root: Path
+    logs: list[Path] = field(default_factory=list)
+    topologies: list[Path] = field(default_factory=list)
+    graphs: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # files passed over, and why
+
+
+@dataclass
+class NcclRun:
+    inputs: NcclInputs
+    logs: NcclLogs
+    topologies: list[TopologyXml]
+    graphs: list[GraphXml]
+
+
+def _is_log(path: Path) -> bool:
+    """Whether the file holds NCCL lines anywhere: the job's stdout can carry megabytes of other output
+    before NCCL's first line, so the whole file is searched (a block at a time, at memchr speed), and
+    UTF-16 text (PowerShell's ``>``) is searched in its own encoding."""
+    suffixes = [s.lower() for s in path.suffixes[-2:]]
+    if suffixes and (suffixes[-1] in NOT_LOGS or (suffixes[-1] == ".gz" and suffixes[:1] == [".json"])):
+        return False
+    try:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+            markers = _markers(head)
+            tail = b""
+            block = head
+            while block:
+                window = tail + block
+                if any(marker in window for marker in markers):
+                    return True
+                tail = window[-64:]
+                block = f.read(SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return False
+    return False
+
+
+def _markers(head: bytes) -> tuple[bytes, ...]:
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or head[1:2] == b"\0" or head[:1] == b"\0":
+        be = head[:2] == b"\xfe\xff" or head[:1] == b"\0"
+        return tuple(m.decode().encode("utf-16-be" if be else "utf-16-le") for m in LOG_MARKERS)
+    return LOG_MARKERS
+
+
+def _walk(root: Path, skipped: list[str]) -> list[Path]:
+    """Regular files only: a FIFO would block the read forever (each one passed over is listed)."""
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if name.startswith("."):
+                continue
+            why = regular_file_problem(path)
+            if why is None:
+                out.append(path)
+            else:
+                skipped.append(f"{path}: {why}; skipped")
+    return out
+
+
+def _classify(path: Path, inputs: NcclInputs, logs: bool = True) -> None:
+    if path.suffix.lower() == ".xml":
+        kind = xml_kind(path)
+        if kind == "topology":
+            inputs.topologies.append(path)
+        elif kind == "graph":
+            inputs.graphs.append(path)
+    elif logs and _is_log(path):
+        inputs.logs.append(path)
+
+
+def find_nccl_inputs(path: str | Path) -> NcclInputs:
+    """Logs and XML dumps under ``path``: a run directory (logs in ``raw/nccl/``, dumps anywhere in
+    ``raw/``), any folder (searched recursively), or one file. Raises InputError when there is no
+    such path or no NCCL log in it."""
+    root = Path(path)
+    if not root.exists():
+        raise InputError("no such file or folder", root)
+    inputs = NcclInputs(root=root)
+    if not root.is_dir():
+        why = regular_file_problem(root)
+        if why:
+            raise InputError(why, root)
+        _classify(root, inputs)
+        if not inputs.logs:
+            raise InputError("not an NCCL log (no 'NCCL INFO' lines)", root)
+        return inputs
+    raw_nccl = root / "raw" / "nccl"
+    if raw_nccl.is_dir():
+        for file in _walk(root / "raw", inputs.skipped):
+            _classify(file, inputs, logs=raw_nccl in file.parents)
+    else:
+        for file in _walk(root, inputs.skipped):
+            _classify(file, inputs)
+    if not inputs.logs:
+        where = raw_nccl if raw_nccl.is_dir() else root
+        raise NoNcclLogs("no NCCL logs found (no file with 'NCCL INFO' lines)", where)
+    return inputs
+
+
+def _assign_host(xml: TopologyXml, hosts: set[str]) -> None:
+    """A dump named after a host (``topo.node01.xml``) describes that host."""
+    name = Path(xml.path).name
+    matches = [h for h in hosts if h in name]
+    if len(matches) == 1:
+        xml.host = matches[0]
+
+
+def load_nccl(path: str | Path) -> NcclRun:
+    """Find and parse everything NCCL wrote under ``path``. Broken XML dumps are skipped and listed
+    in ``logs.stats.skipped_files``; only a missing path or no log at all raises."""
+    inputs = find_nccl_inputs(path)
+    logs = parse_nccl_logs(inputs.logs)
+    logs.stats.skipped_files.extend(inputs.skipped)
+    hosts = {p.host for p in logs.processes if p.host}
+    topologies: list[TopologyXml] = []
+    graphs: list[GraphXml] = []
+    for xml_path in inputs.topologies:
+        topo = _try_xml(parse_topology_xml, xml_path, logs)
+        if topo is not None:
+            _assign_host(topo, hosts)
+            topologies.append(topo)
+    for xml_path in inputs.graphs:
+        graphs.extend(_try_xml(parse_graph_xml, xml_path, logs) or [])
+    return NcclRun(inputs, logs, topologies, graphs)
+
+
+def _try_xml(parse: Callable[[Path], T], path: Path, logs: NcclLogs) -> T | None:
+    try:
+        return parse(path)
+    except InputError as err:
+        logs.stats.skipped_files.append(str(err))
+        return None

@@ -1,0 +1,365 @@
+"""Stream NCCL ``NCCL_DEBUG=INFO`` logs (2.18 - 2.30) into records, fast, without ever raising on
+their content.
+
+A 128-rank job with ``NCCL_DEBUG_SUBSYS=COLL`` writes one line per rank per collective: millions
+of lines, nearly all COLL. So the loop does the least possible per line: find the ``NCCL INFO``
+marker, look the prefix up in a per-file cache, and pick a family with substring tests. COLL lines
+are not regex-parsed in Python at all: the loop only pulls out the comm pointer (it sets the
+context that lazy-connect lines depend on) and keeps the message; chunks of 200k messages are then
+split into fields by polars in a worker thread (polars releases the GIL, so that work overlaps the
+loop). Everything else is rare enough for Python regexes.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import polars as pl
+
+from commprof.ingest.nccl_logs import handlers as hd
+from commprof.ingest.nccl_logs import patterns as pt
+from commprof.ingest.nccl_logs.colls import COLL_SCHEMA, coll_frame
+from commprof.ingest.nccl_logs.infer import infer_comms
+from commprof.ingest.nccl_logs.records import CommRank, Link, ParseStats, Process, Tuning, Warn
+from commprof.ingest.nccl_logs.state import Head, State
+
+COLL_CHUNK_ROWS = 200_000
+HEAD_CACHE_MAX = 50_000
+
+
+@dataclass
+class NcclLogs:
+    """Everything read from a set of NCCL logs; tables are built from it in ``commprof.ingest.nccl_logs.tables``."""
+
+    processes: list[Process]
+    comms: list[CommRank]
+    links: list[Link]
+    tuning: list[Tuning]
+    warns: list[Warn]
+    colls: pl.DataFrame
+    stats: ParseStats
+    files: list[str] = field(default_factory=list)
+    gpu_models: dict[str | None, set[str]] = field(default_factory=dict)  # host -> GPU names seen
+
+
+class LogParser:
+    """Feed it files (or lines), then call ``finish`` once."""
+
+    def __init__(self) -> None:
+        self.state = State()
+        self.files: list[str] = []
+        self._coll_msgs: list[str] = []
+        self._coll_comm: list[int] = []
+        self._coll_proc: list[int] = []
+        self._coll_frames: list[Future[tuple[pl.DataFrame, int]]] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._seq_base = 0  # line numbers across files, so "most recently touched" spans files
+
+    def parse_file(self, path: str | Path) -> None:
+        name = str(path)
+        try:
+            pasted = _is_paste(Path(path))
+            with _open_text(Path(path)) as f:
+                if pasted:
+                    # each message gets the marker back and no prefix: one process per file, host unknown
+                    self.state.stats.pasted_files.append(name)
+                    self.parse_lines(("NCCL INFO " + line for line in f), name)
+                else:
+                    self.parse_lines(f, name)
+        except (OSError, EOFError, ValueError) as err:  # unreadable or corrupt gzip
+            self.state.stats.skipped_files.append(f"{name}: {err}")
+
+    def parse_lines(self, lines: Iterable[str], file: str) -> None:
+        """The hot loop. COLL lines — nearly all lines of a big log — take the inlined path: find
+        the marker, look up the cached prefix, pull the comm pointer, remember the message."""
+        st = self.state
+        stats = st.stats
+        stats.files += 1
+        self.files.append(file)
+        heads: dict[str, Head] = {}
+        counts: dict[str, int] = {}
+        msgs, comm_idx, proc_idx = self._coll_msgs, self._coll_comm, self._coll_proc
+        base = self._seq_base
+        line_no = n_coll = 0
+        for line in lines:
+            line_no += 1
+            k = line.find("NCCL INFO ")
+            if k >= 0 and "opCount " in line and line.count("NCCL ", k + 10) == 0:
+                h = heads.get(line[:k])
+                i = line.rfind(" comm ")
+                if h is not None and i > k:
+                    j = line.find(" ", i + 6)
+                    ptr = line[i + 6 : j] if j > 0 else line[i + 6 :].rstrip()
+                    proc, tid = h.process, h.tid
+                    rec = proc.comm_by_ptr.get(ptr) or st.by_ptr(proc, ptr)
+                    if rec is not None:
+                        rec.touch = base + line_no
+                        rec.coll_touched = True
+                        proc.current = rec
+                        proc.current_by_tid[tid] = rec
+                        comm_idx.append(rec.index)
+                    else:
+                        comm_idx.append(-1)
+                    msg = line[k + 10 :]
+                    proc.last_coll_by_tid[tid] = msg
+                    msgs.append(msg)
+                    proc_idx.append(proc.index)
+                    n_coll += 1
+                    if len(msgs) >= COLL_CHUNK_ROWS:
+                        self._flush_colls()
+                        msgs, comm_idx, proc_idx = self._coll_msgs, self._coll_comm, self._coll_proc
+                    continue
+            st.seq = base + line_no
+            fam = self._line(line, file, line_no, heads, counts)
+            counts[fam] = counts.get(fam, 0) + 1
+        self._seq_base = base + line_no
+        stats.lines_total += line_no
+        counts["coll"] = counts.get("coll", 0) + n_coll
+        for fam, n in counts.items():
+            stats.messages_total += n
+            if fam[0] == "!":
+                stats.skipped[fam[1:]] += n
+            else:
+                stats.parsed[fam] += n
+
+    def _line(
+        self,
+        line: str,
+        file: str,
+        line_no: int,
+        heads: dict[str, Head],
+        counts: dict[str, int],
+        whole: bool = True,
+    ) -> str:
+        k = line.find("NCCL INFO ")
+        if k >= 0:
+            level, msg = "INFO", line[k + 10 :]
+        else:
+            k = line.find("NCCL WARN ")
+            if k >= 0:
+                level, msg = "WARN", line[k + 10 :]
+            else:
+                k = line.find("NCCL TRACE ")
+                if k < 0:
+                    return self._bare(line, file)
+                level, msg = "TRACE", line[k + 11 :]
+        if whole and "NCCL " in msg and pt.MESSAGE_START.search(msg) is not None:
+            return self._interleaved(line, file, line_no, heads, counts)
+        head = line[:k]
+        h = heads.get(head)
+        if h is None:
+            h = self.state.head(head, file)
+            if len(heads) < HEAD_CACHE_MAX:
+                heads[head] = h
+        return self._dispatch(h, level, msg.rstrip(), file, line_no)
+
+    def _interleaved(self, line: str, file: str, line_no: int, heads: dict[str, Head], counts: dict[str, int]) -> str:
+        """A line holding several messages: a cut one, then other processes' output glued on.
+        Each message is parsed on its own; the cut one usually ends up ``malformed``."""
+        self.state.stats.interleaved_lines += 1
+        starts = [self._known_host_start(line, m.start()) for m in pt.MESSAGE_START.finditer(line)]
+        bounds = [0, *sorted({s for s in starts[1:] if s > 0}), len(line)]
+        fam = "!empty"
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            if i:
+                counts[fam] = counts.get(fam, 0) + 1
+            fam = self._line(line[a:b], file, line_no, heads, counts, whole=False)
+        return fam
+
+    def _known_host_start(self, line: str, start: int) -> int:
+        """A cut line runs into the next prefix ("...via P2node01:12:34 [1] NCCL INFO"): move the
+        split to where a host we already know begins."""
+        m = pt.NCCL_PREFIX.match(line, start)
+        if m is None or m.group(1) in self.state.known_hosts:
+            return start
+        glued = m.group(1)
+        for host in self.state.known_hosts:
+            if glued.endswith(host):
+                return start + len(glued) - len(host)
+        return start
+
+    def _bare(self, line: str, file: str) -> str:
+        if not line.strip():
+            return "!empty"
+        if "NCCL version" in line:
+            return hd.version(self.state, None, line, file)
+        if "NVIDIA" in line or "GeForce" in line or "Tesla" in line:
+            return hd.gpu_model(self.state, line, file)
+        return "!foreign"
+
+    def _dispatch(self, h: Head, level: str, msg: str, file: str, line_no: int) -> str:
+        st = self.state
+        if level == "WARN":
+            st.warns.append(Warn(h.process.host, h.process.pid, file, line_no, msg))
+            return "warn"
+        if "opCount " in msg:
+            return self._coll(h, msg)
+        if " via " in msg:
+            if msg.startswith("CollNet"):
+                return hd.collnet(st, h, msg, file, line_no)
+            return hd.connection(st, h, msg, file, line_no)
+        if "Bytes -> Algo" in msg:
+            return hd.tuning(st, h, msg)
+        if msg.startswith("Channel "):
+            return hd.ring_order(st, h, msg)
+        if msg.startswith("Ring "):
+            return "ring" if pt.RING_NEIGHBORS.match(msg) else hd.MALFORMED
+        if msg.startswith("Tree"):
+            return "tree" if msg.startswith("Trees") or pt.TREE.match(msg) else hd.MALFORMED
+        if "- Init " in msg or "COMPLETE" in msg or " cudaDev " in msg:
+            return hd.init(st, h, msg, file, line_no)
+        if " nNodes " in msg:
+            return hd.comm_nodes(st, h, msg, file, line_no)
+        return self._dispatch_rare(h, msg)
+
+    def _dispatch_rare(self, h: Head, msg: str) -> str:
+        st = self.state
+        if "NCCL version" in msg or "NCCL git version" in msg:
+            return hd.version(st, h, msg, h.process.file)
+        if msg.startswith("NET/") or "GPU Direct RDMA" in msg:
+            return hd.net_line(st, h, msg)
+        if msg.startswith("Using network"):
+            return hd.using_network(st, h, msg)
+        if "Found network interface" in msg:
+            return hd.socket_speed(st, h, msg)
+        if "NVLS" in msg:
+            return hd.nvls(st, h, msg)
+        if "coll channels" in msg:
+            return hd.channel_counts(st, h, msg)
+        if msg.startswith("Pattern "):
+            return hd.pattern(st, h, msg)
+        if msg.startswith("Init timings"):
+            return hd.init_timings(st, h, msg)
+        if msg.startswith("Connected "):
+            return hd.connected(st, h, msg)
+        if msg.lstrip().startswith(("+ ", "=== System", "CPU/", "GPU/", "NIC/", "NVS/", "=====")):
+            return hd.topology(st, h, msg.lstrip())
+        return hd.OTHER
+
+    def _coll(self, h: Head, msg: str) -> str:
+        i = msg.rfind(" comm ")
+        colon = msg.find(":")
+        if i < 0 or colon <= 0:
+            return hd.MALFORMED
+        j = msg.find(" ", i + 6)
+        ptr = msg[i + 6 :] if j < 0 else msg[i + 6 : j]
+        proc, tid = h.process, h.tid
+        rec = proc.comm_by_ptr.get(ptr) or self.state.by_ptr(proc, ptr)
+        if rec is not None:
+            self.state.touch(rec, proc, tid)
+            rec.coll_touched = True
+        proc.last_coll_by_tid[tid] = msg
+        self._coll_msgs.append(msg)
+        self._coll_comm.append(rec.index if rec is not None else -1)
+        self._coll_proc.append(proc.index)
+        if len(self._coll_msgs) >= COLL_CHUNK_ROWS:
+            self._flush_colls()
+        return "coll"
+
+    def _flush_colls(self) -> None:
+        """Hand a chunk of COLL messages to a worker thread: polars releases the GIL, so the
+        vectorised parse of one chunk overlaps the Python loop reading the next."""
+        if not self._coll_msgs:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commprof-nccl-coll")
+        self._coll_frames.append(self._pool.submit(coll_frame, self._coll_msgs, self._coll_comm, self._coll_proc))
+        self._coll_msgs, self._coll_comm, self._coll_proc = [], [], []
+
+    def _gather_colls(self) -> pl.DataFrame:
+        frames = []
+        try:
+            for future in self._coll_frames:
+                frame, bad = future.result()
+                frames.append(frame)
+                if bad:
+                    self.state.stats.parsed["coll"] -= bad
+                    self.state.stats.skipped["malformed"] += bad
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+        self._coll_frames = []
+        return pl.concat(frames) if frames else pl.DataFrame(schema=COLL_SCHEMA)
+
+    def finish(self) -> NcclLogs:
+        self._flush_colls()
+        colls = self._gather_colls()
+        st = self.state
+        st.settle_links()
+        infer_comms(st)
+        st.stats.unattributed_links = sum(1 for link in st.links if link.comm is None)
+        st.resolve_comm_ids()
+        st.versions()
+        return NcclLogs(
+            processes=list(st.processes.values()),
+            comms=st.comms,
+            links=st.links,
+            tuning=st.tuning,
+            warns=st.warns,
+            colls=colls,
+            stats=st.stats,
+            files=self.files,
+            gpu_models=st.gpu_models,
+        )
+
+
+@contextmanager
+def _open_text(path: Path) -> Iterator[TextIO]:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as raw:
+            encoding = _encoding(raw.peek(2)[:2] if hasattr(raw, "peek") else b"")
+        with gzip.open(path, "rt", encoding=encoding, errors="replace") as gz:
+            yield gz
+    else:
+        with open(path, "rb") as raw:
+            encoding = _encoding(raw.read(2))
+        with open(path, encoding=encoding, errors="replace") as f:
+            yield f
+
+
+PASTE_SNIFF_LINES = 400
+
+
+def _is_paste(path: Path) -> bool:
+    """No line of the file's head carries NCCL's marker, and several read as NCCL's messages."""
+    bare = 0
+    with _open_text(path) as f:
+        for n, line in enumerate(f):
+            if n >= PASTE_SNIFF_LINES:
+                break
+            if "NCCL INFO " in line or "NCCL WARN " in line or "NCCL TRACE " in line:
+                return False
+            bare += pt.BARE_MESSAGE.match(line.lstrip()) is not None
+    return bare >= 3
+
+
+def _encoding(head: bytes) -> str:
+    """UTF-16 when the text says so (a BOM, or a NUL beside the first character), else UTF-8."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    if len(head) == 2 and b"\0" in head:
+        return "utf-16-be" if head[:1] == b"\0" else "utf-16-le"
+    return "utf-8"
+
+
+def parse_nccl_logs(paths: Iterable[str | Path]) -> NcclLogs:
+    """Parse NCCL log files into records. Unreadable files are listed in ``stats.skipped_files``;
+    lines that cannot be parsed are counted by kind in ``stats.skipped``; nothing raises."""
+    parser = LogParser()
+    for path in paths:
+        parser.parse_file(path)
+    return parser.finish()
+
+
+def parse_nccl_text(text: str, file: str = "<text>") -> NcclLogs:
+    """Parse log text held in memory (tests, and logs that arrive inside other files)."""
+    parser = LogParser()
+    parser.parse_lines(text.splitlines(), file)
+    return parser.finish()

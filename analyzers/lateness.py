@@ -268,7 +268,7 @@ def is_straggler(x: Late, step_ns: float) -> bool:
     saving (info), as the uneven work it is."""
     if x.late_ns <= 0:
         return False
-    if x.work_excess_ns is not None and x.work_excess_ns <= 0:
+    if x.work_excess_ns is not None and x.work_excess_ns < 0:
         return False
     late_ok = (2 * x.steps_last > x.steps and x.chance <= MAX_CHANCE
                and x.late_ns >= max(JITTER_FACTOR * x.jitter_ns, MIN_SHARE * step_ns))

@@ -76,8 +76,10 @@ def test_sigterm_of_a_hung_job_keeps_flight_recorder_and_where_each_rank_was(tmp
     assert temporaries(run_dir) == []
     analyzed = subprocess.run([sys.executable, "-m", "commprof", "analyze", str(run_dir)], capture_output=True,
                               text=True, env=job_env(report_dir), timeout=JOB_TIMEOUT_S)
-    assert analyzed.returncode == 2 and "Flight Recorder dumps of 4 rank(s)" in analyzed.stderr
-    assert "all_to_all_single" in analyzed.stderr  # where the ranks hung, from the manifest
+    # no trace, but the dumps are read (issue 23's reader): the hang report says who is stuck in what
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert "all_to_all" in analyzed.stdout and "look first at rank(s) 0" in analyzed.stdout
+    assert "killed by SIGTERM: rank 0 after optimizer step 4" in analyzed.stdout  # the manifest's where-was-each
 
 
 def test_sigterm_mid_window_writes_traces_that_analyze_reads(tmp_path: Path) -> None:

@@ -124,7 +124,7 @@ def _untraced(path: str) -> dict[str, Any] | None:
     from commprof.analyzers.inspector import inspector_summary
     from commprof.analyzers.nccl_profiler import algorithm_summary
     from commprof.errors import InputError
-    from commprof.ingest.discover import discover
+    from commprof.ingest.discover import discover, manifest_warnings
     from commprof.ingest.flight_recorder import find_dumps, read_dumps
     from commprof.ingest.inspector import find_logs, read_logs
     from commprof.ingest.nccl_profiler import find_traces, read_traces
@@ -144,7 +144,8 @@ def _untraced(path: str) -> dict[str, Any] | None:
     logs = find_logs(where)
     if not dumps and not logs and not plugin:
         return None
-    warnings: list[str] = []
+    # a recorded run killed while hung: the manifest says where each rank was (record's SIGTERM flush)
+    warnings: list[str] = manifest_warnings(_manifest(where)) if where.is_dir() else []
     hang = hang_report(*read_dumps(dumps, warnings)) if dumps else None
     records = read_logs(logs, warnings) if logs else None
     colls = read_traces(plugin, warnings) if plugin else None
@@ -155,6 +156,15 @@ def _untraced(path: str) -> dict[str, Any] | None:
     algorithms = algorithm_summary(colls) if colls is not None else None
     return untraced_report(str(where), hang, summary, records.height if records is not None else 0, warnings,
                            algorithms, colls.height if colls is not None else 0)
+
+
+def _manifest(run_dir: Path) -> dict[str, Any] | None:
+    """The run directory's manifest.json, or None when there is none or it cannot be read."""
+    try:
+        doc = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _render_untraced(report: dict[str, Any], console: Any) -> None:

@@ -18,7 +18,7 @@ import polars as pl
 
 import commprof
 from commprof.dashboard import figures, transforms
-from commprof.dashboard.style import group_label
+from commprof.dashboard.style import group_label, natural_key
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis, AnalysisSettings
@@ -119,14 +119,23 @@ class RunCache:
         found = getattr(self.analysis(key), "findings", ())
         return tuple(found) if isinstance(found, (tuple, list)) else ()
 
+    def finding_groups(self, key: str, finding: Any) -> list[str]:
+        """A finding's groups, those of the dimension it names first ("most waited on in tp" opens a tp
+        group, not the DP group whose id sorts first as text), each part in numeric order."""
+        pgs = self.analysis(key).process_groups
+        dims = dict(zip(pgs["pg"].cast(pl.String).to_list(), pgs["dimension"].to_list(), strict=True))
+        mine = getattr(finding, "dimension", None)
+        return sorted({str(p) for p in (getattr(finding, "pgs", ()) or ())},
+                      key=lambda p: (dims.get(p) != mine, natural_key(p)))
+
     def finding_ranks(self, key: str, finding: Any, limit: int = DEFAULT_TIMELINE_RANKS * 2) -> list[int]:
         """The ranks that show a finding: its own, then the members of its groups (a straggler and the
         peers that wait for it; a bubble's pipeline stages), at most ``limit``."""
         out = [int(r) for r in (getattr(finding, "ranks", ()) or ())]
         pgs = self.analysis(key).process_groups
         members = dict(zip(pgs["pg"].cast(pl.String).to_list(), pgs["ranks"].to_list(), strict=True))
-        for pg in getattr(finding, "pgs", ()) or ():
-            out += [int(r) for r in (members.get(str(pg)) or [])]
+        for pg in self.finding_groups(key, finding):
+            out += [int(r) for r in (members.get(pg) or [])]
         return sorted(list(dict.fromkeys(out))[:limit])  # its own ranks first, then its groups
 
     def findings_computed(self, key: str) -> bool:
@@ -203,8 +212,8 @@ class RunCache:
         base = self.timeline_base(key, lanes)
         rows = base.rows.filter(pl.col("rank").is_in(list(ranks)))
         bins = max(50, min(TIMELINE_BINS, TIMELINE_POINT_BUDGET // max(rows.height * 3, 1)))
-        segs = transforms.timeline_segments(base, (start_ns, end_ns), list(ranks), bins)
-        fig = figures.timeline_figure(segs, rows, base.origin_ns, (start_ns, end_ns))
+        segs = transforms.timeline_segments(base, (start_ns, end_ns), list(ranks), bins, lanes)
+        fig = figures.timeline_figure(segs, rows, base.origin_ns, (start_ns, end_ns), base.steps)
         info = {"lanes": rows.height, "segments": segs.height, "bins": bins}
         return fig, info
 

@@ -117,8 +117,8 @@ def timeline_lane_px(lanes: int) -> int:
     return 22 if lanes <= 64 else max(6, min(14, (MAX_TIMELINE_PX - 130) // max(lanes, 1)))
 
 
-def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, window: tuple[int, int]
-                    ) -> go.Figure:
+def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, window: tuple[int, int],
+                    steps: pl.DataFrame | None = None) -> go.Figure:
     """Ranks × lanes; one Scattergl line trace per category, segments separated by gaps (NaN).
 
     Rows are drawn at y = 0, 1, 2 … in their order (whatever their ids in the run), the y range is pinned
@@ -156,11 +156,33 @@ def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, 
         yaxis={"tickvals": list(range(rows.height)), "ticktext": rows["label"].to_list(),
                "range": [lanes - 0.5, -0.5], "autorange": False, "fixedrange": True, "showgrid": False,
                "zeroline": False, "tickfont": {"size": 11 if lanes <= 64 else 9}},
-        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0}, uirevision="timeline",
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
+        # the server sets the window (a zoom, a step, a reset to the step): a constant uirevision would keep
+        # the browser's last zoom (a reset showed the whole run while the dropdown said the step)
+        uirevision=f"{window[0]}-{window[1]}",
         dragmode="zoom", showlegend=True,
     )
-    return _base(fig, "Timeline — one compute and one comm lane per rank; black = exposed comm",
+    _mark_steps(fig, steps, origin_ns, window)
+    return _base(fig, "Timeline — one compute and one comm lane per rank; black = exposed comm, drawn to scale",
                  margin={"t": 70, "l": 130, "r": 20, "b": 50})
+
+
+def _mark_steps(fig: go.Figure, steps: pl.DataFrame | None, origin_ns: int, window: tuple[int, int]) -> None:
+    """A dashed line where each step starts (and the last one ends) inside the window, named at the top of
+    the plot when the step is wide enough on screen for its name (no label over another)."""
+    if steps is None or steps.height == 0:
+        return
+    lo, hi = window
+    span = max(hi - lo, 1)
+    for step, start, end in steps.select("step", "start_ns", "end_ns").iter_rows():
+        for at in (start, end):
+            if lo <= at <= hi:
+                fig.add_vline(x=(at - origin_ns) / 1e6, line={"color": "#37474f", "width": 1, "dash": "dash"})
+        shown_lo, shown_hi = max(start, lo), min(end, hi)
+        if (shown_hi - shown_lo) / span >= 0.08:
+            fig.add_annotation(x=(shown_lo - origin_ns) / 1e6, xref="x", xanchor="left", y=1, yref="paper",
+                               yanchor="top", text=f"step {step}", showarrow=False, bgcolor="rgba(255,255,255,0.8)",
+                               font={"size": 11, "color": "#37474f"})
 
 
 def busbw_figure(calls: pl.DataFrame, group_names: dict[str, str] | None = None) -> go.Figure:
@@ -197,33 +219,34 @@ def busbw_figure(calls: pl.DataFrame, group_names: dict[str, str] | None = None)
 
 def skew_group_figure(cells: pl.DataFrame, by: str, straggler: int | None) -> go.Figure:
     """Rank (or host) × process group: each row's wait per step for later ranks in that group (ms).
-    Columns are named by group and dimension; a cell's customdata is (rank, pg) for the drill-down."""
+    Columns "tp · pg 1" in dimension then numeric group order, rows in numeric order; a click is read from
+    its x (column) and y (row) by the page (plotly's heatmap clicks carry no per-cell customdata)."""
     title = "Wait for later ranks per step (ms), per " + ("rank" if by == "rank" else "host (its worst rank)") + \
-        " and process group"
+        " and process group (click a cell: the timeline of that group)"
     if cells.height == 0:
         return _empty(title, "no collective was matched across ranks")
-    ordered = cells.select("column", "dimension", "pg").unique() if "dimension" in cells.columns else None
-    columns = (ordered.sort("dimension", pl.col("pg").str.len_chars(), "pg")["column"].to_list()
-               if ordered is not None else sorted(set(cells["column"].to_list())))
-    rows = (sorted(set(cells["row"].to_list()), key=int) if by == "rank"
-            else list(dict.fromkeys(cells.sort("rank")["row"].to_list())))
+    ordered = cells.select("column", "dimension", "pg").unique()
+    columns = [c for _, _, c in sorted(zip(ordered["dimension"].to_list(), ordered["pg"].to_list(),
+                                           ordered["column"].to_list(), strict=True),
+                                       key=lambda t: (str(t[0]), style.natural_key(t[1])))]
+    rows = sorted(set(cells["row"].to_list()), key=style.natural_key)
     ci = {c: i for i, c in enumerate(columns)}
     ri = {r: i for i, r in enumerate(rows)}
     z = np.full((len(rows), len(columns)), np.nan)
-    custom = np.empty((len(rows), len(columns), 3), dtype=object)
-    for r in cells.iter_rows(named=True):
-        i, j = ri[r["row"]], ci[r["column"]]
-        z[i, j] = r["wait_ns_per_step"] / 1e6
-        custom[i, j] = (int(r["rank"]), str(r["pg"]), "–" if r["max_wait_step"] is None else int(r["max_wait_step"]))
+    names = np.full((len(rows), len(columns)), "", dtype=object)
+    for row, column, wait, group, rank in cells.select("row", "column", "wait_ns_per_step", "group",
+                                                       "rank").iter_rows():
+        z[ri[row], ci[column]] = wait / 1e6
+        names[ri[row], ci[column]] = f"{group}" + (f" · its worst rank {rank}" if by == "host" else "")
     fig = go.Figure(go.Heatmap(
-        z=z, x=columns, y=rows, colorscale="Reds", zmin=0, customdata=custom,
+        z=z, x=columns, y=rows, colorscale="Reds", zmin=0, customdata=names,
         colorbar={"title": {"text": "ms per step", "side": "right"}},
-        hoverongaps=False, hovertemplate=(f"{by} %{{y}}<br>%{{x}}<br>%{{z:.3f}} ms per step waiting"
+        hoverongaps=False, hovertemplate=(f"{by} %{{y}}<br>%{{customdata}}<br>%{{z:.3f}} ms per step waiting"
                                           "<br>(click: timeline of this group)<extra></extra>")))
     longest = max((len(c) for c in columns), default=10)
-    height = min(MAX_FIGURE_PX, max(380, 16 * len(rows) + 140 + 6 * longest))
-    fig.update_layout(xaxis={"title": "process group · dimension", "type": "category", "tickangle": -90,
-                             "automargin": True},
+    height = min(MAX_FIGURE_PX, max(300, (16 if len(rows) <= 64 else 12) * len(rows) + 140 + 6 * longest))
+    fig.update_layout(xaxis={"title": "dimension · process group", "type": "category", "automargin": True,
+                             "tickangle": -90 if len(columns) > 12 else 0},
                       yaxis={"title": by, "type": "category", "autorange": "reversed", "automargin": True},
                       height=height)
     _base(fig, title, margin={"t": 60, "l": 80, "r": 30, "b": 40})

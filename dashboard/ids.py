@@ -65,3 +65,5 @@ SKEW_MATCH = "skew-match"
 TOPO_MESSAGE = "topology-message"
 INDEX_TABLE = "runs-index"
 COMPARE_NOTE = "compare-note"
+TIMELINE_NOTE = "timeline-note"  # what the drawing left out (the 128-rank cap); TIMELINE_MESSAGE: the URL's problems
+COMPARE_PROBLEM = "compare-problem"

@@ -107,3 +107,10 @@ def group_label(pg: str | None, desc: str | None) -> str:
     if desc and desc != pg:
         return f"{desc} (pg {pg})"
     return f"pg {pg}"
+
+
+def natural_key(name: object) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders "2" before "14" and "node-2" before "node-10" (text sorts them the other way)."""
+    import re
+
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", str(name)) if part)

@@ -90,11 +90,32 @@ def test_timeline_exposed_marks_match_analysis(runs: RunCache) -> None:
     assert any("all_reduce" in h and "exposed 0.1 ms" in h and "tier" in h and "rank 5" in h for h in hovers)
 
 
-def test_merge_to_bins_closes_small_gaps() -> None:
-    s, e = transforms.merge_to_bins([0, 15, 40, 300], [10, 20, 50, 310], 0, 1000, 100)  # bin = 10 ns
-    assert s.tolist() == [0, 40, 300] and e.tolist() == [20, 50, 310]
-    s, e = transforms.merge_to_bins([5], [6], 0, 1000, 10)  # a 1 ns piece is widened to one bin
-    assert (e - s).tolist() == [100]
+def test_lane_pieces_are_exact_up_to_bins_then_each_bin_draws_its_covered_time() -> None:
+    s, e, lo, hi = transforms.lane_pieces([0, 15, 40, 300], [10, 20, 50, 310], 0, 1000, 4)
+    assert s.tolist() == [0, 15, 40, 300] and e.tolist() == [10, 20, 50, 310] and lo.tolist() == s.tolist()
+    # 4 pieces in 2 bins of 500 ns: the first bin holds 25 ns of them, the second 10 (never a whole bin)
+    s, e, lo, hi = transforms.lane_pieces([0, 15, 40, 600], [10, 20, 50, 610], 0, 1000, 2)
+    assert (s.tolist(), e.tolist(), hi.tolist()) == ([0, 500], [25, 510], [500, 1000])
+
+
+@pytest.mark.parametrize("zoom", [1, 8, 200])
+def test_timeline_draws_the_analysis_exposed_time_at_every_zoom(runs: RunCache, zoom: int) -> None:
+    """The black drawn on each rank's lane inside a window is the analysis' exposed time there (issue 25:
+    a bin was painted black if anything in it was exposed), for the whole run and two zooms into step 1."""
+    from commprof.analyzers.windows import exposed_in_window
+
+    base = runs.timeline_base("synth")
+    step = base.steps.row(1, named=True)
+    spans = runs.analysis("synth").exposed_spans
+    first = spans.filter(pl.col("start_ns") >= step["start_ns"]).sort("start_ns").row(0, named=True)
+    mid, half = (first["start_ns"] + first["end_ns"]) // 2, (base.end_ns - base.origin_ns) // (2 * zoom)
+    lo, hi = (base.origin_ns, base.end_ns) if zoom == 1 else (mid - half, mid + half)
+    segs = transforms.timeline_segments(base, (lo, hi), None, 40)  # fewer bins than pieces: binned
+    drawn = (segs.filter(pl.col("category") == "exposed").join(base.rows, on="row")
+             .group_by("rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("drawn")).sort("rank"))
+    truth = exposed_in_window(spans, lo, hi).join(drawn, on="rank", how="left")
+    assert truth["exposed_ns"].sum() > 0
+    assert truth["drawn"].fill_null(0).to_list() == truth["exposed_ns"].to_list()
 
 
 def test_skew_finds_the_straggler(runs: RunCache) -> None:

@@ -58,7 +58,7 @@ def evidence_links(cache: RunCache, key: str, finding: Any) -> list[Any]:
     step), the skew and collectives pages filtered to its groups, dimension and tier."""
     ranks = cache.finding_ranks(key, finding, MAX_LINK_RANKS)
     steps = [int(s) for s in (getattr(finding, "steps", ()) or ())]
-    pgs = [str(p) for p in (getattr(finding, "pgs", ()) or ())]
+    pgs = cache.finding_groups(key, finding)
     dimension, tier = getattr(finding, "dimension", None), getattr(finding, "tier", None)
     links = []
     if ranks or steps:

@@ -31,10 +31,10 @@ MAX_SCATTER_POINTS = 20_000
 MAX_SKEW_COLUMNS = 300
 
 
-def breakdown_figure(rank_summary: pl.DataFrame) -> go.Figure:
+def breakdown_figure(rank_summary: pl.DataFrame, title: str | None = None) -> go.Figure:
     """Stacked bars per rank: the mean per-step ms of the five parts (they add up to the step time).
     A bar's customdata is its rank (a click opens the timeline on it)."""
-    title = "Mean step time per rank, split into its five parts (click a rank for its timeline)"
+    title = title or "Mean step time per rank, split into its five parts (click a rank for its timeline)"
     if rank_summary.height == 0:
         return _empty(title, "no steps analyzed")
     ranks = [str(r) for r in rank_summary["rank"].to_list()]

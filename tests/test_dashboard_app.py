@@ -326,7 +326,7 @@ def test_figure_clicks_open_the_filtered_views(app: Any, cache: RunCache) -> Non
     (ids.TIMELINE_GRAPH, ["abc", [0], "ranks"], ["sample"], 0, ids.TIMELINE_NOTE, "must be a pair"),
     (ids.TIMELINE_GRAPH, [[0, 1], [0], "ranks"], [["sample"]], 0, ids.TIMELINE_NOTE, "No run named"),
     (ids.COLL_TABLE, [{"a": 1}, None, None, None], ["sample"], 0, ids.COLL_MESSAGE, "is not one of this run's"),
-    (ids.SKEW_HEATMAP, [["x"]], ["sample"], 0, ids.SKEW_MESSAGE, "is not one of this run's groups"),
+    (ids.SKEW_HEATMAP, [["x"]], ["sample", "1"], 0, ids.SKEW_MESSAGE, "is not one of this run's groups"),
     (ids.COMPARE_GRAPH, [["x"], "sample"], [], 0, ids.COMPARE_MESSAGE, "No run named"),
 ])
 def test_bad_inputs_are_answered_with_a_message(app: Any, callback: str, inputs: list[Any], states: list[Any],

@@ -60,9 +60,12 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
     waits, worst = cache.skew(key)
     a = cache.analysis(key)
     names = cache.group_names(key)
+    judged = next((f for f in cache.findings(key) if getattr(f, "id", "") == "straggler" and f.ranks), None)
     if worst:
-        text = (f"Straggler: rank {worst['rank']} — the others wait {fmt_ms(worst['caused_wait_ns_per_step'])} per "
-                f"step for it; it was last to arrive at {worst['times_last']} matched call(s).")
+        text = (f"Most waited on: rank {worst['rank']} — the others wait {fmt_ms(worst['caused_wait_ns_per_step'])} "
+                f"per step for it; it was last to arrive at {worst['times_last']} matched call(s).")
+        if judged is not None:
+            text += f" The straggler rule names rank {judged.ranks[0]} ({judged.severity}): {judged.title}."
     elif waits.height:
         text = "No rank makes the others wait: every matched call starts together."
     else:
@@ -87,6 +90,7 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
         html.H2(f"{key} — skew"),
         html.P(text, id=ids.SKEW_STRAGGLER, className="callout"),
         html.Div(problem, id=ids.SKEW_MESSAGE, className="message"),
+        dcc.Store(id=ids.SKEW_SHOWN, data=pg),  # the group the page was drawn with
         # the chosen group first: it is what a finding's link or a click came for
         html.Div([html.Label("calls of group"), dcc.Dropdown(
             id=ids.SKEW_PG, clearable=False, value=pg, style={"minWidth": "420px"},
@@ -112,17 +116,20 @@ def _dimensions(a: Any, pgs: list[str]) -> list[tuple[str, str]]:
 
 def register(app: Dash, cache: RunCache) -> None:
     @app.callback(Output(ids.SKEW_HEATMAP, "figure"), Output(ids.SKEW_MESSAGE, "children", allow_duplicate=True),
-                  Output(ids.URL, "search", allow_duplicate=True),
-                  Input(ids.SKEW_PG, "value"), State(ids.RUN_KEY, "data"), prevent_initial_call=True)
-    @guarded(3, 1)
-    def pick(pg: Any, key: Any) -> Any:
+                  Output(ids.URL, "search", allow_duplicate=True), Output(ids.SKEW_SHOWN, "data"),
+                  Input(ids.SKEW_PG, "value"), State(ids.RUN_KEY, "data"), State(ids.SKEW_SHOWN, "data"),
+                  prevent_initial_call=True)
+    @guarded(4, 1)
+    def pick(pg: Any, key: Any, shown: Any) -> Any:
+        if pg == shown:  # the dropdown reporting its first value (Dash 4 does on mount): nothing changed
+            return no_update, no_update, no_update, no_update
         key = as_key(key, cache.runs)
         pgs = [str(p) for p in cache.analysis(key).rank_group_waits["pg"].unique().to_list()]
         chosen = ALL_GROUPS if pg == ALL_GROUPS else as_choice(pg, "group", pgs)[0]
         _, worst = cache.skew(key)
         calls, suffix = _calls(cache, key, chosen)
         return figures.skew_calls_figure(calls, int(worst["rank"]) if worst else None, suffix), "", \
-            "?" + urlencode({"pg": chosen})
+            "?" + urlencode({"pg": chosen}), chosen
 
     @app.callback(Output(ids.URL, "href", allow_duplicate=True), Input(ids.SKEW_GROUPS, "clickData"),
                   State(ids.RUN_KEY, "data"), prevent_initial_call=True)

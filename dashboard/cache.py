@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import traceback
+from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import polars as pl
 
 import commprof
 from commprof.dashboard import figures, transforms
+from commprof.dashboard.state import LOG
 from commprof.dashboard.style import group_label, natural_key
 
 if TYPE_CHECKING:
@@ -60,6 +62,20 @@ class RunCache:
         self.collective_groups = lru_cache(maxsize=8)(self._collective_groups)
         self.group_names = lru_cache(maxsize=8)(self._group_names)
         self.default_ranks = lru_cache(maxsize=8)(self._default_ranks)
+
+    def warm_views(self, key: str) -> None:
+        """What every page's first view reads, computed once per run before anyone asks (the analysis'
+        report, the timeline's rows and its default view, the skew and collectives tables): a page's first
+        render then only draws."""
+        try:
+            self.report(key)
+            self.group_names(key)
+            self.collective_groups(key)
+            self.skew(key)
+            base = self.timeline_base(key)
+            self.timeline_figure(key, base.origin_ns, base.end_ns, self.default_ranks(key), transforms.RANK_LANES)
+        except Exception:  # noqa: BLE001 - a view that fails says so on its page, when it is asked for
+            LOG.warning("warming the views of %s failed", key, exc_info=True)
 
     def keys(self) -> list[str]:
         return list(self.order)
@@ -181,6 +197,18 @@ class RunCache:
         return transforms.timeline_base(a.tables.intervals(), a.collectives, a.steps, a.exposed_spans, lanes,
                                         self.group_names(key))
 
+    def snap_window(self, key: str, start: int, end: int) -> tuple[int, int]:
+        """A window back from the browser (JSON numbers keep 53 bits: ns since 1970 lose ~256 ns) onto the
+        run's own bounds and step bounds within a µs, so that the figure cached for them is found."""
+        base = self.timeline_base(key)
+        bounds = [base.origin_ns, base.end_ns, *base.steps["start_ns"].to_list(), *base.steps["end_ns"].to_list()]
+
+        def snap(t: int) -> int:
+            near = min(bounds, key=lambda b: abs(int(b) - t))
+            return int(near) if abs(int(near) - t) <= 1000 else t
+
+        return snap(start), snap(end)
+
     def _default_ranks(self, key: str) -> tuple[int, ...]:
         """The ranks worth a first look: the top finding's, else the straggler and the group that waits
         for it most, then the ranks with the most exposed comm (at most DEFAULT_TIMELINE_RANKS)."""
@@ -253,10 +281,30 @@ class RunCache:
         return transforms.compare_metrics(a.totals, a.by_dimension, a.by_tier)
 
 
+def warm_in_background(cache: RunCache, report: Callable[[str], None]) -> threading.Thread:
+    """Analyze every run in a thread, so that the server answers at once (a page asked for meanwhile waits
+    for its run's analysis on the cache's lock); ``report`` gets each run's problem."""
+
+    def work() -> None:
+        for key in list(cache.runs):
+            problem = cache.check(key)
+            if problem:
+                report(problem)
+            else:
+                cache.warm_views(key)
+
+    thread = threading.Thread(target=work, name="commprof-warm", daemon=True)
+    thread.start()
+    return thread
+
+
 def warmed(runs: dict[str, Run], settings: AnalysisSettings | None = None, failures: dict[str, str] | None = None,
            order: list[str] | None = None) -> tuple[RunCache, list[str]]:
     """A cache with every run analyzed up front (so no page's first load pays for it), and the
     message of each run that could not be analyzed."""
     cache = RunCache(runs, settings, failures, order)
     problems = [problem for key in runs if (problem := cache.check(key))]
+    for key in runs:
+        if cache.check(key) is None:
+            cache.warm_views(key)
     return cache, problems

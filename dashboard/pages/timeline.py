@@ -149,7 +149,7 @@ def register(app: Dash, cache: RunCache) -> None:
     @guarded(3, 2)
     def draw(window: Any, ranks: Any, lanes: Any, key: Any) -> Any:
         key = as_key(key, cache.runs)
-        start, end = as_window_ns(window)
+        start, end = cache.snap_window(key, *as_window_ns(window))
         mode = (as_choice(lanes, "lane mode", [transforms.RANK_LANES, transforms.STREAM_LANES]) or
                 [transforms.RANK_LANES])[0]
         all_ranks = cache.analysis(key).ranks["rank"].to_list()

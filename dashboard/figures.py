@@ -21,6 +21,7 @@ from commprof.dashboard.figures_base import note as _note
 from commprof.dashboard.figures_topology import (  # noqa: F401 - re-exported: pages call figures.*
     MAX_LINKS,
     RANK_LINKS_UP_TO,
+    heaviest_links,
     topology_figure,
     traffic_figure,
 )

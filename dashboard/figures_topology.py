@@ -71,10 +71,13 @@ def heaviest_links(pairs: pl.DataFrame, limit: int) -> tuple[pl.DataFrame, list[
     hosts, ties broken by their order, where every DP host pair carries the same). Returns the links and a
     sentence per class (dimension, tier) left out: how many pairs, how much each."""
     keyed = pairs.with_columns(pl.col("bytes_per_step").round_sig_figs(3).alias("_tie"))
-    ties = keyed.group_by("_tie").len().sort("_tie", descending=True)
-    fits = ties.filter(pl.col("len").cum_sum() <= limit)["_tie"]
-    drawn = keyed.filter(pl.col("_tie").is_in(fits.implode()))
-    rest = keyed.filter(~pl.col("_tie").is_in(fits.implode()))
+    fits, room = [], limit
+    for tie, n in keyed.group_by("_tie").len().sort("_tie", descending=True).iter_rows():
+        if n <= room:  # a class that does not fit is left out whole; lighter ones may still fit
+            fits.append(tie)
+            room -= n
+    drawn = keyed.filter(pl.col("_tie").is_in(fits))
+    rest = keyed.filter(~pl.col("_tie").is_in(fits))
     said = [f"{r['dimension']} · {r['tier']}: {r['n']} host pairs of {_gb(r['lo'])}"
             + ("" if r["lo"] == r["hi"] else f"–{_gb(r['hi'])}") + " per step each"
             for r in rest.group_by("dimension", "tier").agg(pl.len().alias("n"), pl.col("_tie").min().alias("lo"),

@@ -243,3 +243,36 @@ def test_figures_stay_within_browser_limits_at_1024_ranks() -> None:
                                    host_links)
     assert topo.layout.height <= figures.MAX_FIGURE_PX
     assert sum(1 for t in topo.data if t.mode == "lines" and t.fill != "toself") <= figures.MAX_LINKS
+
+
+def test_equal_links_are_drawn_all_or_none() -> None:
+    """32 hosts: 16 pp pairs of 0.56 GB and 496 dp pairs of 0.93 GB per step. The 48 heaviest would be 48
+    arbitrary dp pairs (issue 25: all out of the first two hosts); equal links are drawn all or none, so the
+    dp mesh is left out and said, and the 16 pp links are drawn."""
+    hosts = [f"node-{h:02d}" for h in range(32)]
+    dp = [(hosts[a], hosts[b], "dp", 0.93e9) for a in range(32) for b in range(a + 1, 32)]
+    pp = [(hosts[h], hosts[h + 16], "pp", 0.56e9) for h in range(16)]
+    pairs = pl.DataFrame([(a, b, d, "ib", v) for a, b, d, v in dp + pp], orient="row",
+                         schema=["a", "b", "dimension", "tier", "bytes_per_step"])
+    drawn, left_out = figures.heaviest_links(pairs, figures.MAX_LINKS)
+    assert drawn.height == 16 and set(drawn["dimension"].to_list()) == {"pp"}
+    assert left_out == ["dp · ib: 496 host pairs of 0.93 GB per step each"]
+    drawn, left_out = figures.heaviest_links(pairs.filter(pl.col("dimension") == "pp"), 8)
+    assert drawn.height == 0 and left_out == ["pp · ib: 16 host pairs of 0.56 GB per step each"]
+
+
+def test_a_finding_opens_the_group_of_the_dimension_it_names(runs: RunCache) -> None:
+    """"most waited on in tp" with groups ("10", "2"): text order opens 10 (a dp group); the tp group comes
+    first, and groups of one dimension in numeric order."""
+    from commprof.analyzers.findings import Finding
+
+    pgs = runs.analysis("synth").process_groups
+    dims = dict(zip(pgs["pg"].to_list(), pgs["dimension"].to_list(), strict=True))
+    tp = sorted((p for p, d in dims.items() if d == "tp"), key=style.natural_key)
+    dp = sorted((p for p, d in dims.items() if d == "dp"), key=style.natural_key)
+    finding = Finding(id="straggler", key="straggler:rank5", severity="high", title="", detail="", action="",
+                      saving_ns_per_step=0, saving_model="", ranks=(5,), pgs=tuple(sorted([*dp, *tp])),
+                      dimension="tp")
+    assert runs.finding_groups("synth", finding) == tp + dp
+    assert style.natural_key("2") < style.natural_key("14") and style.natural_key("node-2") < style.natural_key(
+        "node-10")

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis, AnalysisSettings
     from commprof.run import Run
 
-TIMELINE_BINS = 1000  # segments per lane at most, for any window
+TIMELINE_BINS = 600  # segments per lane at most, for any window (about 2 px each on a wide screen)
 TIMELINE_POINT_BUDGET = 150_000  # lanes × bins is capped by this (3 points per segment)
 DEFAULT_TIMELINE_RANKS = 8
 MAX_TIMELINE_RANKS = 128  # 256 lanes: the figure stays far below the browser's 8192-px canvas limit

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
-from commprof.dashboard import style
+from commprof.dashboard import style, transforms
 from commprof.dashboard.figures_base import MAX_FIGURE_PX, MAX_HEATMAP_RANKS  # noqa: F401 - re-exported
 from commprof.dashboard.figures_base import base_layout as _base
 from commprof.dashboard.figures_base import empty as _empty
@@ -28,7 +28,7 @@ from commprof.dashboard.figures_topology import (  # noqa: F401 - re-exported: p
 from commprof.dashboard.style import PART_COLOURS, PART_LABELS, UNKNOWN
 
 PARTS = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
-MAX_SCATTER_POINTS = 20_000
+MAX_SCATTER_POINTS = 4_000
 MAX_SKEW_COLUMNS = 300
 
 
@@ -145,7 +145,7 @@ def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, 
                              connectgaps=False)
         if category.startswith("comm:"):
             hover = seg["hover"].fill_null("").to_list() if "hover" in seg.columns else [""] * n
-            trace.update(text=[h for h in hover for _ in range(3)], hovertemplate="%{text}<extra></extra>")
+            trace.update(text=[t for h in hover for t in (h, h, "")], hovertemplate="%{text}<extra></extra>")
         else:
             trace.update(hoverinfo="skip")
         fig.add_trace(trace)
@@ -193,18 +193,20 @@ def busbw_figure(calls: pl.DataFrame, group_names: dict[str, str] | None = None)
     pts = calls.filter(pl.col("bytes").is_not_null() & pl.col("busbw_gbps").is_not_null() & (pl.col("bytes") > 0))
     if pts.height == 0:
         return _empty(title, "no calls with a known size and bandwidth")
-    if pts.height > MAX_SCATTER_POINTS:
+    if pts.height > MAX_SCATTER_POINTS:  # every k-th call: the cloud's shape at a payload the browser draws fast
+        title += f" — {math.ceil(pts.height / math.ceil(pts.height / MAX_SCATTER_POINTS)):,} of {pts.height:,} calls"
         pts = pts.gather_every(math.ceil(pts.height / MAX_SCATTER_POINTS))
     names = group_names or {}
+    pts = pts.with_columns(pl.format(
+        "rank {} · {} · {}<br>dimension {} · tier {}<br>{}", "rank", "op",
+        pl.col("pg").cast(pl.String).replace(names), "dimension", "tier",
+        transforms.size_text("bytes")).alias("_text"))
     fig = go.Figure()
     for (dimension,), part in sorted(pts.partition_by("dimension", as_dict=True).items(), key=lambda kv: str(kv[0])):
-        text = [f"rank {r} · {o} · {names.get(str(p), p)}<br>dimension {dimension} · tier {t}<br>{style.fmt_bytes(b)}"
-                for r, o, p, t, b in zip(part["rank"], part["op"], part["pg"], part["tier"], part["bytes"],
-                                         strict=True)]
         fig.add_trace(go.Scattergl(
             x=part["bytes"].to_list(), y=part["busbw_gbps"].to_list(), mode="markers", name=f"{dimension}",
-            marker={"color": style.dimension_colour(dimension), "size": 6, "opacity": 0.7}, text=text,
-            hovertemplate="%{text} · busbw %{y:.2f} GB/s<extra></extra>",
+            marker={"color": style.dimension_colour(dimension), "size": 6, "opacity": 0.7},
+            text=part["_text"].to_list(), hovertemplate="%{text} · busbw %{y:.2f} GB/s<extra></extra>",
         ))
     peaks = pts.filter(pl.col("peak_gbps").is_not_null()).group_by("tier").agg(pl.col("peak_gbps").max()).sort("tier")
     for tier, peak in peaks.iter_rows():

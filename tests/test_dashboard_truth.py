@@ -246,3 +246,40 @@ def test_exposed_time_drawn_at_256_ranks(browser: Any, tmp_path_factory: pytest.
         assert console_errors(browser) == []
     finally:
         srv.stop()
+
+
+def test_a_reset_returns_to_the_chosen_step_and_steps_are_marked(browser: Any,  # noqa: F811
+                                                                   served: tuple[Server, Any]) -> None:
+    """Zoom into step 1, double-click: the window is step 1 again (issue 25: the whole run, while the
+    dropdown still said step 1); the step boundaries are drawn as lines."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    srv, cache = served
+    step = cache.timeline_base("s16").steps.row(1, named=True)
+    browser.get(f"{srv.url}/run/s16/timeline?step=1&ranks=0-3")
+    wait_plot(browser, ids.TIMELINE_GRAPH, timeout=30)
+    stepped = _settled(browser, f"#{ids.TIMELINE_INFO}")
+    assert f"window {(step['end_ns'] - step['start_ns']) / 1e6:.3f} ms" in stepped
+    lines = browser.execute_script(f"return document.querySelector('#{ids.TIMELINE_GRAPH} .js-plotly-plot')"
+                                   "._fullLayout.shapes.filter(s => s.line.dash === 'dash').length")
+    assert lines >= 2  # the step's start and end
+    drag = browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_GRAPH} .nsewdrag")
+    w = drag.size["width"]
+    ActionChains(browser).move_to_element(drag).click_and_hold().move_by_offset(w // 4, 0).release().perform()
+    deadline = time.monotonic() + 15
+    while "t0=" not in browser.current_url and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _settled(browser, f"#{ids.TIMELINE_INFO}") != stepped
+    ActionChains(browser).move_to_element(drag).double_click().perform()
+    deadline = time.monotonic() + 15
+    while "t0=" in browser.current_url and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _settled(browser, f"#{ids.TIMELINE_INFO}") == stepped
+    assert "step=1" in browser.current_url and "step 1" in browser.find_element(By.ID, ids.TIMELINE_STEP).text
+    shown = browser.execute_script(f"return document.querySelector('#{ids.TIMELINE_GRAPH} .js-plotly-plot')"
+                                   "._fullLayout.xaxis.range")
+    origin = cache.timeline_base("s16").origin_ns
+    assert shown[0] == pytest.approx((step["start_ns"] - origin) / 1e6, abs=1e-3)
+    assert shown[1] == pytest.approx((step["end_ns"] - origin) / 1e6, abs=1e-3)
+    assert console_errors(browser) == []

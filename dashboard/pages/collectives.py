@@ -31,8 +31,8 @@ COLUMNS = [
     {"name": "dimension", "id": "dimension"}, {"name": "tier", "id": "tier"}, {"name": "op", "id": "op"},
     {"name": "message size", "id": "size"},
     {"name": "calls", "id": "calls", "type": "numeric"}, {"name": "ranks", "id": "ranks", "type": "numeric"},
-    {"name": "mean duration (ms)", "id": "mean_ms", "type": "numeric", "format": _number(4)},
-    {"name": "exposed per step (ms)", "id": "exposed_ms_per_step", "type": "numeric", "format": _number(4)},
+    {"name": "mean duration (ms)", "id": "mean_ms", "type": "numeric", "format": _number(2)},
+    {"name": "exposed per step (ms)", "id": "exposed_ms_per_step", "type": "numeric", "format": _number(2)},
     {"name": "busbw (GB/s)", "id": "busbw_gbps", "type": "numeric", "format": _number(2)},
     {"name": "efficiency (%)", "id": "efficiency_pct", "type": "numeric", "format": _number(1)},
 ]

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from commprof.run import Run
 
 TIMELINE_BINS = 600  # segments per lane at most, for any window (about 2 px each on a wide screen)
-TIMELINE_POINT_BUDGET = 150_000  # lanes × bins is capped by this (3 points per segment)
+TIMELINE_POINT_BUDGET = 60_000  # lanes × bins × 3 points: 256 lanes get 78 bins (payload ~4 MB with hover)
 DEFAULT_TIMELINE_RANKS = 8
 MAX_TIMELINE_RANKS = 128  # 256 lanes: the figure stays far below the browser's 8192-px canvas limit
 

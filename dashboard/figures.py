@@ -145,7 +145,10 @@ def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, 
                              connectgaps=False)
         if category.startswith("comm:"):
             hover = seg["hover"].fill_null("").to_list() if "hover" in seg.columns else [""] * n
-            trace.update(text=[t for h in hover for t in (h, h, "")], hovertemplate="%{text}<extra></extra>")
+            # many lanes: the text once per segment (at its start), or the payload passes 5 MB at 256 lanes
+            spots = (1, 1, 0) if rows.height <= 64 else (1, 0, 0)
+            trace.update(text=[h if spot else "" for h in hover for spot in spots],
+                         hovertemplate="%{text}<extra></extra>")
         else:
             trace.update(hoverinfo="skip")
         fig.add_trace(trace)

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 import commprof
+from commprof.analyzers import windows
 from commprof.dashboard import figures, transforms
 from commprof.dashboard.state import LOG
 from commprof.dashboard.style import group_label, natural_key
@@ -241,6 +242,13 @@ class RunCache:
         rows = base.rows.filter(pl.col("rank").is_in(list(ranks)))
         bins = max(50, min(TIMELINE_BINS, TIMELINE_POINT_BUDGET // max(rows.height * 3, 1)))
         segs = transforms.timeline_segments(base, (start_ns, end_ns), list(ranks), bins, lanes)
+        if lanes == transforms.RANK_LANES:  # each comm lane says its exposed share of the window in words
+            spans = self.analysis(key).exposed_spans
+            share = {int(r): 100.0 * ns / max(end_ns - start_ns, 1) for r, ns in windows.exposed_in_window(
+                spans.filter(pl.col("rank").is_in(list(ranks))), start_ns, end_ns).iter_rows()}
+            rows = rows.with_columns(pl.when(pl.col("lane") == "comm").then(pl.format(
+                "{} · {}% exposed", "label", pl.col("rank").cast(pl.Int64).replace_strict(
+                    share, default=0.0, return_dtype=pl.Float64).round(1))).otherwise("label").alias("label"))
         fig = figures.timeline_figure(segs, rows, base.origin_ns, (start_ns, end_ns), base.steps)
         info = {"lanes": rows.height, "segments": segs.height, "bins": bins}
         return fig, info

@@ -168,7 +168,7 @@ def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, 
     )
     _mark_steps(fig, steps, origin_ns, window)
     return _base(fig, "Timeline — one compute and one comm lane per rank; black = exposed comm, drawn to scale",
-                 margin={"t": 70, "l": 130, "r": 20, "b": 50})
+                 margin={"t": 70, "l": 190, "r": 20, "b": 50})
 
 
 def _mark_steps(fig: go.Figure, steps: pl.DataFrame | None, origin_ns: int, window: tuple[int, int]) -> None:

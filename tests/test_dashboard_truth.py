@@ -32,7 +32,7 @@ const ya = g._fullLayout.yaxis, out = {};
 g._fullData.forEach((tr) => {
   if (tr.name !== 'exposed part of comm') return;
   for (let k = 0; k + 1 < tr.x.length; k += 3) {
-    const label = ya.ticktext[Math.round(tr.y[k])];
+    const label = ya.ticktext[Math.round(tr.y[k])].split(' · ')[0];
     out[label] = (out[label] || 0) + (tr.x[k + 1] - tr.x[k]);
   }
 });

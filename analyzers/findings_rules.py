@@ -8,6 +8,7 @@ and a finding whose saving is under ``MIN_SHARE`` of the step is noise (jitter),
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -314,4 +315,31 @@ def find(a: Analysis) -> tuple[list[Finding], bool, list[str]]:
     for rule in (*RULES, rule_group_larger_than_node, *TRAFFIC_RULES, rule_small_messages_without_peak,
                  *SETUP_RULES):
         found.extend(rule(c))
-    return found, True, c.warnings
+    exposed = {str(r["dimension"]): float(r.get("exposed_ns_per_step") or 0)
+               for r in a.by_dimension.iter_rows(named=True)}
+    total = float(a.totals.get("exposed_comm_ns") or 0)
+    return cap_shared_savings(found, exposed, total, c.step_ns), True, c.warnings
+
+
+def cap_shared_savings(found: list[Finding], exposed_by_dimension: dict[str, float], exposed_ns: float,
+                       step_ns: float) -> list[Finding]:
+    """Findings about the same exposed time never promise more than it together: per dimension (the
+    findings that name it) and over the run (all of them). The largest saving keeps its estimate, the
+    next ones get what is left of the time (their model says so)."""
+    left = dict(exposed_by_dimension)
+    left_total = exposed_ns
+    out = []
+    for f in sorted(found, key=lambda f: (-f.saving_ns_per_step, f.key)):
+        room = left_total if f.dimension is None else min(left_total, left.get(f.dimension, left_total))
+        saving = max(0, min(f.saving_ns_per_step, int(room)))
+        if saving < f.saving_ns_per_step:
+            scope = f"the {f.dimension} comm's" if f.dimension is not None else "the run's"
+            lower = min(f.severity, severity(saving, step_ns), key=SEVERITIES.index)
+            f = replace(f, saving_ns_per_step=saving, severity=lower, saving_model=(
+                f"{f.saving_model}; capped at {ms(room)}: what is left of {scope} exposed time after the larger "
+                f"findings' savings on it (findings on the same time never add up past it)"))
+        left_total -= saving
+        if f.dimension is not None and f.dimension in left:
+            left[f.dimension] -= saving
+        out.append(f)
+    return out

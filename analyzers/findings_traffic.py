@@ -32,7 +32,9 @@ A2A_CPU_NOT_ESTIMATED = ("not estimated on a CPU run: every member's copies run 
 
 def rule_small_messages(c: Ctx) -> list[Finding]:
     sizes = c.a.call_sizes.filter(
-        (pl.col("bytes") < SMALL_BYTES) & pl.col("bytes").is_not_null() & (pl.col("op") != "barrier")
+        # a 0-byte call (an all-to-all member with no tokens) moves nothing: it is not a small message, and
+        # its 0 GB/s says nothing about latency (its time is waiting for the largest member)
+        (pl.col("bytes") < SMALL_BYTES) & (pl.col("bytes") > 0) & (pl.col("op") != "barrier")
         & pl.col("peak_gbps").is_not_null() & (pl.col("busbw_gbps") < SMALL_BUSBW_SHARE * pl.col("peak_gbps")))
     out = []
     for (dim, tier), part in sizes.partition_by("dimension", "tier", as_dict=True).items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import traceback
+from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -17,15 +18,17 @@ import plotly.graph_objects as go
 import polars as pl
 
 import commprof
+from commprof.analyzers import windows
 from commprof.dashboard import figures, transforms
-from commprof.dashboard.style import group_label
+from commprof.dashboard.state import LOG
+from commprof.dashboard.style import group_label, natural_key
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis, AnalysisSettings
     from commprof.run import Run
 
-TIMELINE_BINS = 1000  # segments per lane at most, for any window
-TIMELINE_POINT_BUDGET = 150_000  # lanes × bins is capped by this (3 points per segment)
+TIMELINE_BINS = 600  # segments per lane at most, for any window (about 2 px each on a wide screen)
+TIMELINE_POINT_BUDGET = 60_000  # lanes × bins × 3 points: 256 lanes get 78 bins (payload ~4 MB with hover)
 DEFAULT_TIMELINE_RANKS = 8
 MAX_TIMELINE_RANKS = 128  # 256 lanes: the figure stays far below the browser's 8192-px canvas limit
 
@@ -60,6 +63,20 @@ class RunCache:
         self.collective_groups = lru_cache(maxsize=8)(self._collective_groups)
         self.group_names = lru_cache(maxsize=8)(self._group_names)
         self.default_ranks = lru_cache(maxsize=8)(self._default_ranks)
+
+    def warm_views(self, key: str) -> None:
+        """What every page's first view reads, computed once per run before anyone asks (the analysis'
+        report, the timeline's rows and its default view, the skew and collectives tables): a page's first
+        render then only draws."""
+        try:
+            self.report(key)
+            self.group_names(key)
+            self.collective_groups(key)
+            self.skew(key)
+            base = self.timeline_base(key)
+            self.timeline_figure(key, base.origin_ns, base.end_ns, self.default_ranks(key), transforms.RANK_LANES)
+        except Exception:  # noqa: BLE001 - a view that fails says so on its page, when it is asked for
+            LOG.warning("warming the views of %s failed", key, exc_info=True)
 
     def keys(self) -> list[str]:
         return list(self.order)
@@ -119,14 +136,23 @@ class RunCache:
         found = getattr(self.analysis(key), "findings", ())
         return tuple(found) if isinstance(found, (tuple, list)) else ()
 
+    def finding_groups(self, key: str, finding: Any) -> list[str]:
+        """A finding's groups, those of the dimension it names first ("most waited on in tp" opens a tp
+        group, not the DP group whose id sorts first as text), each part in numeric order."""
+        pgs = self.analysis(key).process_groups
+        dims = dict(zip(pgs["pg"].cast(pl.String).to_list(), pgs["dimension"].to_list(), strict=True))
+        mine = getattr(finding, "dimension", None)
+        return sorted({str(p) for p in (getattr(finding, "pgs", ()) or ())},
+                      key=lambda p: (dims.get(p) != mine, natural_key(p)))
+
     def finding_ranks(self, key: str, finding: Any, limit: int = DEFAULT_TIMELINE_RANKS * 2) -> list[int]:
         """The ranks that show a finding: its own, then the members of its groups (a straggler and the
         peers that wait for it; a bubble's pipeline stages), at most ``limit``."""
         out = [int(r) for r in (getattr(finding, "ranks", ()) or ())]
         pgs = self.analysis(key).process_groups
         members = dict(zip(pgs["pg"].cast(pl.String).to_list(), pgs["ranks"].to_list(), strict=True))
-        for pg in getattr(finding, "pgs", ()) or ():
-            out += [int(r) for r in (members.get(str(pg)) or [])]
+        for pg in self.finding_groups(key, finding):
+            out += [int(r) for r in (members.get(pg) or [])]
         return sorted(list(dict.fromkeys(out))[:limit])  # its own ranks first, then its groups
 
     def findings_computed(self, key: str) -> bool:
@@ -172,6 +198,18 @@ class RunCache:
         return transforms.timeline_base(a.tables.intervals(), a.collectives, a.steps, a.exposed_spans, lanes,
                                         self.group_names(key))
 
+    def snap_window(self, key: str, start: int, end: int) -> tuple[int, int]:
+        """A window back from the browser (JSON numbers keep 53 bits: ns since 1970 lose ~256 ns) onto the
+        run's own bounds and step bounds within a µs, so that the figure cached for them is found."""
+        base = self.timeline_base(key)
+        bounds = [base.origin_ns, base.end_ns, *base.steps["start_ns"].to_list(), *base.steps["end_ns"].to_list()]
+
+        def snap(t: int) -> int:
+            near = min(bounds, key=lambda b: abs(int(b) - t))
+            return int(near) if abs(int(near) - t) <= 1000 else t
+
+        return snap(start), snap(end)
+
     def _default_ranks(self, key: str) -> tuple[int, ...]:
         """The ranks worth a first look: the top finding's, else the straggler and the group that waits
         for it most, then the ranks with the most exposed comm (at most DEFAULT_TIMELINE_RANKS)."""
@@ -203,8 +241,15 @@ class RunCache:
         base = self.timeline_base(key, lanes)
         rows = base.rows.filter(pl.col("rank").is_in(list(ranks)))
         bins = max(50, min(TIMELINE_BINS, TIMELINE_POINT_BUDGET // max(rows.height * 3, 1)))
-        segs = transforms.timeline_segments(base, (start_ns, end_ns), list(ranks), bins)
-        fig = figures.timeline_figure(segs, rows, base.origin_ns, (start_ns, end_ns))
+        segs = transforms.timeline_segments(base, (start_ns, end_ns), list(ranks), bins, lanes)
+        if lanes == transforms.RANK_LANES:  # each comm lane says its exposed share of the window in words
+            spans = self.analysis(key).exposed_spans
+            share = {int(r): 100.0 * ns / max(end_ns - start_ns, 1) for r, ns in windows.exposed_in_window(
+                spans.filter(pl.col("rank").is_in(list(ranks))), start_ns, end_ns).iter_rows()}
+            rows = rows.with_columns(pl.when(pl.col("lane") == "comm").then(pl.format(
+                "{} · {}% exposed", "label", pl.col("rank").cast(pl.Int64).replace_strict(
+                    share, default=0.0, return_dtype=pl.Float64).round(1))).otherwise("label").alias("label"))
+        fig = figures.timeline_figure(segs, rows, base.origin_ns, (start_ns, end_ns), base.steps)
         info = {"lanes": rows.height, "segments": segs.height, "bins": bins}
         return fig, info
 
@@ -244,10 +289,30 @@ class RunCache:
         return transforms.compare_metrics(a.totals, a.by_dimension, a.by_tier)
 
 
+def warm_in_background(cache: RunCache, report: Callable[[str], None]) -> threading.Thread:
+    """Analyze every run in a thread, so that the server answers at once (a page asked for meanwhile waits
+    for its run's analysis on the cache's lock); ``report`` gets each run's problem."""
+
+    def work() -> None:
+        for key in list(cache.runs):
+            problem = cache.check(key)
+            if problem:
+                report(problem)
+            else:
+                cache.warm_views(key)
+
+    thread = threading.Thread(target=work, name="commprof-warm", daemon=True)
+    thread.start()
+    return thread
+
+
 def warmed(runs: dict[str, Run], settings: AnalysisSettings | None = None, failures: dict[str, str] | None = None,
            order: list[str] | None = None) -> tuple[RunCache, list[str]]:
     """A cache with every run analyzed up front (so no page's first load pays for it), and the
     message of each run that could not be analyzed."""
     cache = RunCache(runs, settings, failures, order)
     problems = [problem for key in runs if (problem := cache.check(key))]
+    for key in runs:
+        if cache.check(key) is None:
+            cache.warm_views(key)
     return cache, problems

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
-from commprof.dashboard import style
+from commprof.dashboard import style, transforms
 from commprof.dashboard.figures_base import MAX_FIGURE_PX, MAX_HEATMAP_RANKS  # noqa: F401 - re-exported
 from commprof.dashboard.figures_base import base_layout as _base
 from commprof.dashboard.figures_base import empty as _empty
@@ -21,20 +21,21 @@ from commprof.dashboard.figures_base import note as _note
 from commprof.dashboard.figures_topology import (  # noqa: F401 - re-exported: pages call figures.*
     MAX_LINKS,
     RANK_LINKS_UP_TO,
+    heaviest_links,
     topology_figure,
     traffic_figure,
 )
 from commprof.dashboard.style import PART_COLOURS, PART_LABELS, UNKNOWN
 
 PARTS = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
-MAX_SCATTER_POINTS = 20_000
+MAX_SCATTER_POINTS = 4_000
 MAX_SKEW_COLUMNS = 300
 
 
-def breakdown_figure(rank_summary: pl.DataFrame) -> go.Figure:
+def breakdown_figure(rank_summary: pl.DataFrame, title: str | None = None) -> go.Figure:
     """Stacked bars per rank: the mean per-step ms of the five parts (they add up to the step time).
     A bar's customdata is its rank (a click opens the timeline on it)."""
-    title = "Mean step time per rank, split into its five parts (click a rank for its timeline)"
+    title = title or "Mean step time per rank, split into its five parts (click a rank for its timeline)"
     if rank_summary.height == 0:
         return _empty(title, "no steps analyzed")
     ranks = [str(r) for r in rank_summary["rank"].to_list()]
@@ -117,8 +118,8 @@ def timeline_lane_px(lanes: int) -> int:
     return 22 if lanes <= 64 else max(6, min(14, (MAX_TIMELINE_PX - 130) // max(lanes, 1)))
 
 
-def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, window: tuple[int, int]
-                    ) -> go.Figure:
+def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, window: tuple[int, int],
+                    steps: pl.DataFrame | None = None) -> go.Figure:
     """Ranks × lanes; one Scattergl line trace per category, segments separated by gaps (NaN).
 
     Rows are drawn at y = 0, 1, 2 … in their order (whatever their ids in the run), the y range is pinned
@@ -144,7 +145,10 @@ def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, 
                              connectgaps=False)
         if category.startswith("comm:"):
             hover = seg["hover"].fill_null("").to_list() if "hover" in seg.columns else [""] * n
-            trace.update(text=[h for h in hover for _ in range(3)], hovertemplate="%{text}<extra></extra>")
+            # many lanes: the text once per segment (at its start), or the payload passes 5 MB at 256 lanes
+            spots = (1, 1, 0) if rows.height <= 64 else (1, 0, 0)
+            trace.update(text=[h if spot else "" for h in hover for spot in spots],
+                         hovertemplate="%{text}<extra></extra>")
         else:
             trace.update(hoverinfo="skip")
         fig.add_trace(trace)
@@ -156,11 +160,33 @@ def timeline_figure(segments: pl.DataFrame, rows: pl.DataFrame, origin_ns: int, 
         yaxis={"tickvals": list(range(rows.height)), "ticktext": rows["label"].to_list(),
                "range": [lanes - 0.5, -0.5], "autorange": False, "fixedrange": True, "showgrid": False,
                "zeroline": False, "tickfont": {"size": 11 if lanes <= 64 else 9}},
-        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0}, uirevision="timeline",
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
+        # the server sets the window (a zoom, a step, a reset to the step): a constant uirevision would keep
+        # the browser's last zoom (a reset showed the whole run while the dropdown said the step)
+        uirevision=f"{window[0]}-{window[1]}",
         dragmode="zoom", showlegend=True,
     )
-    return _base(fig, "Timeline — one compute and one comm lane per rank; black = exposed comm",
-                 margin={"t": 70, "l": 130, "r": 20, "b": 50})
+    _mark_steps(fig, steps, origin_ns, window)
+    return _base(fig, "Timeline — one compute and one comm lane per rank; black = exposed comm, drawn to scale",
+                 margin={"t": 70, "l": 190, "r": 20, "b": 50})
+
+
+def _mark_steps(fig: go.Figure, steps: pl.DataFrame | None, origin_ns: int, window: tuple[int, int]) -> None:
+    """A dashed line where each step starts (and the last one ends) inside the window, named at the top of
+    the plot when the step is wide enough on screen for its name (no label over another)."""
+    if steps is None or steps.height == 0:
+        return
+    lo, hi = window
+    span = max(hi - lo, 1)
+    for step, start, end in steps.select("step", "start_ns", "end_ns").iter_rows():
+        for at in (start, end):
+            if lo <= at <= hi:
+                fig.add_vline(x=(at - origin_ns) / 1e6, line={"color": "#37474f", "width": 1, "dash": "dash"})
+        shown_lo, shown_hi = max(start, lo), min(end, hi)
+        if (shown_hi - shown_lo) / span >= 0.08:
+            fig.add_annotation(x=(shown_lo - origin_ns) / 1e6, xref="x", xanchor="left", y=1, yref="paper",
+                               yanchor="top", text=f"step {step}", showarrow=False, bgcolor="rgba(255,255,255,0.8)",
+                               font={"size": 11, "color": "#37474f"})
 
 
 def busbw_figure(calls: pl.DataFrame, group_names: dict[str, str] | None = None) -> go.Figure:
@@ -170,18 +196,20 @@ def busbw_figure(calls: pl.DataFrame, group_names: dict[str, str] | None = None)
     pts = calls.filter(pl.col("bytes").is_not_null() & pl.col("busbw_gbps").is_not_null() & (pl.col("bytes") > 0))
     if pts.height == 0:
         return _empty(title, "no calls with a known size and bandwidth")
-    if pts.height > MAX_SCATTER_POINTS:
+    if pts.height > MAX_SCATTER_POINTS:  # every k-th call: the cloud's shape at a payload the browser draws fast
+        title += f" — {math.ceil(pts.height / math.ceil(pts.height / MAX_SCATTER_POINTS)):,} of {pts.height:,} calls"
         pts = pts.gather_every(math.ceil(pts.height / MAX_SCATTER_POINTS))
     names = group_names or {}
+    pts = pts.with_columns(pl.format(
+        "rank {} · {} · {}<br>dimension {} · tier {}<br>{}", "rank", "op",
+        pl.col("pg").cast(pl.String).replace(names), "dimension", "tier",
+        transforms.size_text("bytes")).alias("_text"))
     fig = go.Figure()
     for (dimension,), part in sorted(pts.partition_by("dimension", as_dict=True).items(), key=lambda kv: str(kv[0])):
-        text = [f"rank {r} · {o} · {names.get(str(p), p)}<br>dimension {dimension} · tier {t}<br>{style.fmt_bytes(b)}"
-                for r, o, p, t, b in zip(part["rank"], part["op"], part["pg"], part["tier"], part["bytes"],
-                                         strict=True)]
         fig.add_trace(go.Scattergl(
             x=part["bytes"].to_list(), y=part["busbw_gbps"].to_list(), mode="markers", name=f"{dimension}",
-            marker={"color": style.dimension_colour(dimension), "size": 6, "opacity": 0.7}, text=text,
-            hovertemplate="%{text} · busbw %{y:.2f} GB/s<extra></extra>",
+            marker={"color": style.dimension_colour(dimension), "size": 6, "opacity": 0.7},
+            text=part["_text"].to_list(), hovertemplate="%{text} · busbw %{y:.2f} GB/s<extra></extra>",
         ))
     peaks = pts.filter(pl.col("peak_gbps").is_not_null()).group_by("tier").agg(pl.col("peak_gbps").max()).sort("tier")
     for tier, peak in peaks.iter_rows():
@@ -197,33 +225,34 @@ def busbw_figure(calls: pl.DataFrame, group_names: dict[str, str] | None = None)
 
 def skew_group_figure(cells: pl.DataFrame, by: str, straggler: int | None) -> go.Figure:
     """Rank (or host) × process group: each row's wait per step for later ranks in that group (ms).
-    Columns are named by group and dimension; a cell's customdata is (rank, pg) for the drill-down."""
+    Columns "tp · pg 1" in dimension then numeric group order, rows in numeric order; a click is read from
+    its x (column) and y (row) by the page (plotly's heatmap clicks carry no per-cell customdata)."""
     title = "Wait for later ranks per step (ms), per " + ("rank" if by == "rank" else "host (its worst rank)") + \
-        " and process group"
+        " and process group (click a cell: the timeline of that group)"
     if cells.height == 0:
         return _empty(title, "no collective was matched across ranks")
-    ordered = cells.select("column", "dimension", "pg").unique() if "dimension" in cells.columns else None
-    columns = (ordered.sort("dimension", pl.col("pg").str.len_chars(), "pg")["column"].to_list()
-               if ordered is not None else sorted(set(cells["column"].to_list())))
-    rows = (sorted(set(cells["row"].to_list()), key=int) if by == "rank"
-            else list(dict.fromkeys(cells.sort("rank")["row"].to_list())))
+    ordered = cells.select("column", "dimension", "pg").unique()
+    columns = [c for _, _, c in sorted(zip(ordered["dimension"].to_list(), ordered["pg"].to_list(),
+                                           ordered["column"].to_list(), strict=True),
+                                       key=lambda t: (str(t[0]), style.natural_key(t[1])))]
+    rows = sorted(set(cells["row"].to_list()), key=style.natural_key)
     ci = {c: i for i, c in enumerate(columns)}
     ri = {r: i for i, r in enumerate(rows)}
     z = np.full((len(rows), len(columns)), np.nan)
-    custom = np.empty((len(rows), len(columns), 3), dtype=object)
-    for r in cells.iter_rows(named=True):
-        i, j = ri[r["row"]], ci[r["column"]]
-        z[i, j] = r["wait_ns_per_step"] / 1e6
-        custom[i, j] = (int(r["rank"]), str(r["pg"]), "–" if r["max_wait_step"] is None else int(r["max_wait_step"]))
+    names = np.full((len(rows), len(columns)), "", dtype=object)
+    for row, column, wait, group, rank in cells.select("row", "column", "wait_ns_per_step", "group",
+                                                       "rank").iter_rows():
+        z[ri[row], ci[column]] = wait / 1e6
+        names[ri[row], ci[column]] = f"{group}" + (f" · its worst rank {rank}" if by == "host" else "")
     fig = go.Figure(go.Heatmap(
-        z=z, x=columns, y=rows, colorscale="Reds", zmin=0, customdata=custom,
+        z=z, x=columns, y=rows, colorscale="Reds", zmin=0, customdata=names,
         colorbar={"title": {"text": "ms per step", "side": "right"}},
-        hoverongaps=False, hovertemplate=(f"{by} %{{y}}<br>%{{x}}<br>%{{z:.3f}} ms per step waiting"
+        hoverongaps=False, hovertemplate=(f"{by} %{{y}}<br>%{{customdata}}<br>%{{z:.3f}} ms per step waiting"
                                           "<br>(click: timeline of this group)<extra></extra>")))
     longest = max((len(c) for c in columns), default=10)
-    height = min(MAX_FIGURE_PX, max(380, 16 * len(rows) + 140 + 6 * longest))
-    fig.update_layout(xaxis={"title": "process group · dimension", "type": "category", "tickangle": -90,
-                             "automargin": True},
+    height = min(MAX_FIGURE_PX, max(300, (16 if len(rows) <= 64 else 12) * len(rows) + 140 + 6 * longest))
+    fig.update_layout(xaxis={"title": "dimension · process group", "type": "category", "automargin": True,
+                             "tickangle": -90 if len(columns) > 12 else 0},
                       yaxis={"title": by, "type": "category", "autorange": "reversed", "automargin": True},
                       height=height)
     _base(fig, title, margin={"t": 60, "l": 80, "r": 30, "b": 40})

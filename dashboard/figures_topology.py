@@ -28,7 +28,7 @@ def _host_layout(ranks: pl.DataFrame, ring: bool) -> tuple[dict[int, tuple[float
     hosts = ranks["host"].fill_null("?").unique(maintain_order=True).to_list()
     per_host = max(int(ranks.group_by(pl.col("host").fill_null("?")).len()["len"].max() or 1), 1)  # type: ignore[arg-type]
     inner = max(1, math.ceil(math.sqrt(per_host)))
-    side = (2.6 if per_host > 1 else 1.2) if ring else inner + 1.0
+    side = (2.6 if per_host > 1 else 1.2) if ring else max(inner + 1.0, 6.0)  # room for its name and ranks
     n = len(hosts)
     if n <= 3:
         corners = [((side + 2.0) * i, 0.0) for i in range(n)]
@@ -65,6 +65,41 @@ def _link_pairs(traffic: pl.DataFrame, host_links: pl.DataFrame, rank_level: boo
             .group_by("a", "b", "dimension", "tier").agg(pl.col("bytes_per_step").sum()).sort("a", "b", "dimension"))
 
 
+def heaviest_links(pairs: pl.DataFrame, limit: int) -> tuple[pl.DataFrame, list[str]]:
+    """At most ``limit`` links, heaviest first, and never part of a tie: links of equal traffic (3
+    significant digits) are all drawn or none (issue 25: "48 heaviest of 496" all came out of the first two
+    hosts, ties broken by their order, where every DP host pair carries the same). Returns the links and a
+    sentence per class (dimension, tier) left out: how many pairs, how much each."""
+    keyed = pairs.with_columns(pl.col("bytes_per_step").round_sig_figs(3).alias("_tie"))
+    fits, room = [], limit
+    for tie, n in keyed.group_by("_tie").len().sort("_tie", descending=True).iter_rows():
+        if n <= room:  # a class that does not fit is left out whole; lighter ones may still fit
+            fits.append(tie)
+            room -= n
+    drawn = keyed.filter(pl.col("_tie").is_in(fits))
+    rest = keyed.filter(~pl.col("_tie").is_in(fits))
+    said = [f"{r['dimension']} · {r['tier']}: {r['n']} host pairs of {_gb(r['lo'])}"
+            + ("" if r["lo"] == r["hi"] else f"–{_gb(r['hi'])}") + " per step each"
+            for r in rest.group_by("dimension", "tier").agg(pl.len().alias("n"), pl.col("_tie").min().alias("lo"),
+                                                              pl.col("_tie").max().alias("hi"))
+            .sort("dimension", "tier").iter_rows(named=True)]
+    return drawn.drop("_tie").sort("a", "b", "dimension"), said
+
+
+def _legend_names(pairs: pl.DataFrame) -> dict[tuple[str, str], str]:
+    """(dimension, tier) -> "pp · ib · 0.56 GB per step a link" (or the range): the links' label."""
+    out = {}
+    for r in pairs.group_by("dimension", "tier").agg(pl.col("bytes_per_step").min().alias("lo"),
+                                                      pl.col("bytes_per_step").max().alias("hi")).iter_rows(named=True):
+        lo, hi = _gb(r["lo"]), _gb(r["hi"])
+        out[(r["dimension"], r["tier"])] = f"{r['dimension']} · {r['tier']} · {lo if lo == hi else lo + '–' + hi}/step"
+    return out
+
+
+def _gb(bytes_per_step: float) -> str:
+    return f"{bytes_per_step / 1e9:,.2f} GB" if bytes_per_step >= 1e7 else style.fmt_bytes(bytes_per_step)
+
+
 def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.DataFrame) -> go.Figure:
     """Hosts as boxes with their ranks inside; links coloured by dimension and as thick as their traffic
     per step. Up to RANK_LINKS_UP_TO ranks a link joins two ranks, beyond that two hosts (the sum of their
@@ -79,13 +114,15 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
     pairs = _link_pairs(traffic, host_links, rank_level)
     all_links = pairs.height
     capped = not rank_level and all_links > MAX_LINKS  # 16 ranks have at most 120 pairs: all drawn
+    left_out: list[str] = []
     if capped:  # a full mesh of 32 hosts is a solid disk: keep the heaviest, say so
-        pairs = pairs.sort("bytes_per_step", "a", "b", descending=[True, False, False]).head(MAX_LINKS)
+        pairs, left_out = heaviest_links(pairs, MAX_LINKS)
     top = float(pairs["bytes_per_step"].max() or 0.0) if pairs.height else 0.0  # type: ignore[arg-type]
     dims = sorted(set(pairs["dimension"].to_list())) if pairs.height else []
     fig = go.Figure()
-    shown: set[str] = set()
+    shown: set[tuple[str, str]] = set()
     what = "rank " if rank_level else ""
+    legend = _legend_names(pairs)
     for row in pairs.iter_rows(named=True):
         a, b = where.get(row["a"]), where.get(row["b"])
         if a is None or b is None:
@@ -99,9 +136,11 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
         fig.add_trace(go.Scatter(
             x=[a[0], mid[0], b[0]], y=[a[1], mid[1], b[1]], mode="lines", line={
                 "color": style.dimension_colour(row["dimension"]), "width": _width(row["bytes_per_step"], top),
-                "shape": "spline"}, opacity=0.8, name=f"{row['dimension']}", legendgroup=row["dimension"],
-            showlegend=row["dimension"] not in shown, text=[text] * 3, hovertemplate="%{text}<extra></extra>"))
-        shown.add(row["dimension"])
+                "shape": "spline"}, opacity=0.8, name=legend[(row["dimension"], row["tier"])],
+            legendgroup=f"{row['dimension']}·{row['tier']}", showlegend=(row["dimension"], row["tier"]) not in shown,
+            text=[text] * 3, hovertemplate="%{text}<extra></extra>"))
+        shown.add((row["dimension"], row["tier"]))
+    fig.layout.meta = {"left_out": left_out}  # the page says which equal links were not drawn
     inside: dict[str, list[str]] = {}
     if not rank_level and host_links.height:
         own = (host_links.filter(pl.col("src_host") == pl.col("dst_host"))
@@ -117,16 +156,20 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
                                  fillcolor="rgba(245,247,248,0.92)", line={"color": "#78909c", "width": 1},
                                  showlegend=False, hoveron="fills", text=f"{host}<br>{own}",
                                  hovertemplate="%{text}<extra></extra>"))
-        fig.add_annotation(x=x0, y=y1, text=f"<b>{host}</b>", showarrow=False, xanchor="left", yanchor="bottom",
-                           font={"size": 11 if len(boxes) <= 16 else 9})
-        if host in inside and written:
-            fig.add_annotation(x=x0, y=y0, text="<br>".join(inside[host]), showarrow=False, xanchor="left",
-                               yanchor="top", font={"size": 9, "color": "#455a64"}, align="left")
-    if rank_level:  # links between ranks of one host run inside its box: the box goes under them
-        n_boxes = len(boxes)
-        fig.data = fig.data[-n_boxes:] + fig.data[:-n_boxes]
-    order = sorted(pos)
+        if rank_level:
+            fig.add_annotation(x=x0, y=y1, text=f"<b>{host}</b>", showarrow=False, xanchor="left",
+                               yanchor="bottom", font={"size": 11})
+            if host in inside and written:
+                fig.add_annotation(x=x0, y=y0, text="<br>".join(inside[host]), showarrow=False, xanchor="left",
+                                   yanchor="top", font={"size": 9, "color": "#455a64"}, align="left")
     host_of = dict(zip(ranks["rank"].to_list(), ranks["host"].fill_null("?").to_list(), strict=True))
+    if not rank_level:  # ranks rolled up: a host is one box, named inside it (the links pass under the boxes)
+        _host_labels(fig, boxes, host_of, inside if written else {})
+        return _finish(fig, title, boxes, pairs, inside, written, capped, all_links, [])
+    # links between ranks of one host run inside its box: the box goes under them
+    n_boxes = len(boxes)
+    fig.data = fig.data[-n_boxes:] + fig.data[:-n_boxes]
+    order = sorted(pos)
     fig.add_trace(go.Scatter(
         x=[pos[r][0] for r in order], y=[pos[r][1] for r in order], name="rank",
         mode="markers+text" if len(order) <= 64 else "markers", showlegend=False,
@@ -136,15 +179,43 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
         hovertext=[f"rank {r} on {host_of.get(r, '?')} (click for its timeline)" for r in order],
         hovertemplate="%{hovertext}<extra></extra>",
     ))
+    return _finish(fig, title, boxes, pairs, inside, written, capped, all_links, order)
+
+
+def _host_labels(fig: go.Figure, boxes: list[Box], host_of: dict[int, str], inside: dict[str, list[str]]) -> None:
+    """Each host's name and ranks inside its box, and a clickable point there (its customdata: the host,
+    which opens the timeline of its ranks)."""
+    ranks_of: dict[str, list[int]] = {}
+    for rank, host in host_of.items():
+        ranks_of.setdefault(host, []).append(int(rank))
+    small = len(boxes) > 16
+    for host, x0, y0, x1, y1 in boxes:
+        members = sorted(ranks_of.get(host, []))
+        span = f"{members[0]}–{members[-1]}" if members and members[-1] - members[0] + 1 == len(members) else \
+            ",".join(map(str, members[:4])) + ("…" if len(members) > 4 else "")
+        lines = [f"<b>{host}</b>", f"ranks {span}", *inside.get(host, [])]
+        fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text="<br>".join(lines), showarrow=False,
+                           font={"size": 8 if small else 10, "color": "#263238"}, align="center")
+    fig.add_trace(go.Scatter(
+        x=[(b[1] + b[3]) / 2 for b in boxes], y=[(b[2] + b[4]) / 2 for b in boxes], mode="markers", name="host",
+        showlegend=False, customdata=[b[0] for b in boxes], marker={"size": 30, "opacity": 0},
+        hovertext=[f"{b[0]}: {len(ranks_of.get(b[0], []))} ranks (click for their timeline)" for b in boxes],
+        hovertemplate="%{hovertext}<extra></extra>"))
+
+
+def _finish(fig: go.Figure, title: str, boxes: list[Box], pairs: pl.DataFrame, inside: dict[str, list[str]],
+            written: bool, capped: bool, all_links: int, order: list[int]) -> go.Figure:
     notes = []
     if pairs.height and set(pairs["tier"].to_list()) == {UNKNOWN}:
         notes.append("every link tier is unknown: start the dashboard with --network ib|roce|ethernet")
     if inside and not written:
         notes.append("hover a host's box for the traffic inside it")
     if capped:
-        notes.append(f"the {MAX_LINKS} heaviest of {all_links} links drawn (the matrix below has them all)")
+        notes.append(f"{pairs.height} of {all_links} host links drawn, the heaviest (equal ones all or none)")
     if len(order) > 64:
         notes.append("hover a square for its rank")
+    if not order:
+        notes.append("ranks summed per host: click a host for its ranks' timeline")
     if notes:
         note(fig, "; ".join(notes))
     xs = [v for b in boxes for v in (b[1], b[3])]
@@ -152,7 +223,7 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
     span_x, span_y = max(xs) - min(xs), max(ys) - min(ys)
     scale = 520 if len(boxes) <= 3 else 900
     height = min(MAX_FIGURE_PX, max(420, int(130 + scale * span_y / max(span_x, span_y, 1e-9))))
-    fig.update_layout(height=height, hovermode="closest", legend={"title": "links by dimension"},
+    fig.update_layout(height=height, hovermode="closest", legend={"title": "links: dimension · tier · per link"},
                       xaxis={"visible": False, "range": [min(xs) - 0.6, max(xs) + 0.6]},
                       yaxis={"visible": False, "scaleanchor": "x", "range": [min(ys) - 1.6, max(ys) + 0.9]})
     return base_layout(fig, title, margin={"t": 60, "l": 20, "r": 20, "b": 20})

@@ -73,13 +73,12 @@ def fmt_bytes(n: float | None) -> str:
     return f"{value:,.1f} TB"
 
 
-def fmt_ms(ns: float | None, digits: int | None = None) -> str:
-    """Nanoseconds as ms: 3 significant decimals below 1 ms, 2 above (12.35 ms, 0.0123 ms)."""
+def fmt_ms(ns: float | None, digits: int = 2) -> str:
+    """Nanoseconds as ms rounded as the CLI rounds (``commprof analyze``: 2 decimals), so that a number reads
+    the same on both: 12.35 ms, 1.00 ms (not 0.996), 0.01 ms."""
     if not _finite(ns):
         return "–"
     ms = float(ns) / 1e6  # type: ignore[arg-type]
-    if digits is None:
-        digits = 2 if abs(ms) >= 1 else (3 if abs(ms) >= 0.1 else 4)
     return f"{ms:,.{digits}f} ms"
 
 
@@ -107,3 +106,10 @@ def group_label(pg: str | None, desc: str | None) -> str:
     if desc and desc != pg:
         return f"{desc} (pg {pg})"
     return f"pg {pg}"
+
+
+def natural_key(name: object) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders "2" before "14" and "node-2" before "node-10" (text sorts them the other way)."""
+    import re
+
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", str(name)) if part)

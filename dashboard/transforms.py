@@ -2,10 +2,10 @@
 
 Rules the pages show (and tests pin):
 
-* **Timeline aggregation**: per lane and category, intervals are clipped to the window, merged into
-  their union, and gaps shorter than one bin (window / bins) are closed; a piece shorter than a bin is
-  widened to one bin so it stays visible. Every gap left is at least a bin wide, so a lane never has more
-  than ``bins`` segments, whatever the run's size.
+* **Timeline aggregation**: per lane and category, intervals are clipped to the window and merged into
+  their union; up to ``bins`` pieces are drawn as they are, beyond that each bin draws the time covered in
+  it (analyzers/windows.py) from its start. A drawn length is always the true time, so the black
+  (exposed) part of a lane in any window is the analysis' exposed time there, at every zoom.
 
 Every number comes from the analysis (analyzers/): these only select rows and shape them for figures.
 * **Links**: each process group is drawn as a ring over its sorted ranks; a pair linked by several
@@ -21,6 +21,7 @@ import numpy.typing as npt
 import polars as pl
 
 from commprof.analyzers import intervals as iv
+from commprof.analyzers import windows
 from commprof.vocab import UNKNOWN
 
 
@@ -99,47 +100,51 @@ def timeline_base(intervals: pl.DataFrame, collectives: pl.DataFrame, steps: pl.
     return TimelineBase(origin, end, rows, pl.concat([lane_boxes, comm_boxes]), calls, exposed, step_windows)
 
 
-def merge_to_bins(starts: npt.ArrayLike, ends: npt.ArrayLike, lo: int, hi: int, bins: int
-                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Union of [start, end) clipped to [lo, hi) with gaps under one bin closed (see the module doc)."""
-    s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)
-    e = np.clip(np.asarray(ends, dtype=np.int64), lo, hi)
-    keep = e > s
-    if not keep.any():
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    us, ue = iv.union(s[keep], e[keep])
-    width = max((hi - lo) / max(bins, 1), 1.0)
-    if us.size > 1:
-        gaps = us[1:] - ue[:-1]
-        new = np.concatenate([[True], gaps >= width])
-        idx = np.flatnonzero(new)
-        us, ue = us[idx], np.maximum.reduceat(ue, idx)
-    ue = np.maximum(ue, us + int(width))
-    return us, ue
+def lane_pieces(starts: npt.ArrayLike, ends: npt.ArrayLike, lo: int, hi: int, bins: int
+                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """What a lane draws of [start, end) in the window [lo, hi): (draw_start, draw_end, span_lo, span_hi).
+
+    At most ``bins`` pieces of the union: drawn exactly. More: one piece per bin that holds any, as long as
+    the time covered in the bin (analyzers/windows.py) and drawn from the bin's start, so the drawn length
+    in any window is the covered time, whatever the zoom. span_lo/span_hi: the time a piece stands for."""
+    us, ue = iv.clip(iv.union(np.asarray(starts, np.int64), np.asarray(ends, np.int64)), lo, hi)
+    if us.size <= bins:
+        return us, ue, us, ue
+    edges = windows.bin_edges(lo, hi, bins)
+    covered = windows.covered_per_bin(us, ue, edges)
+    full = covered > 0
+    first = edges[:-1][full]
+    return first, first + covered[full], first, edges[1:][full]
 
 
-def timeline_segments(base: TimelineBase, window: tuple[int, int], ranks: list[int] | None, bins: int
-                      ) -> pl.DataFrame:
-    """Segments to draw for the window: row, category, start_ns, end_ns, calls (comm) and hover text."""
+def timeline_segments(base: TimelineBase, window: tuple[int, int], ranks: list[int] | None, bins: int,
+                      lanes: str = RANK_LANES) -> pl.DataFrame:
+    """Segments to draw for the window: row, category, start_ns, end_ns (drawn), calls (comm) and hover.
+    The "exposed" category: the analysis' exposed spans of the lane's rank (``STREAM_LANES``: the part that
+    falls on this stream's calls)."""
     lo, hi = window
     rows = base.rows if ranks is None else base.rows.filter(pl.col("rank").is_in(ranks))
     wanted = set(rows["row"].to_list())
     boxes = base.boxes.filter(pl.col("row").is_in(wanted) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
     out: list[pl.DataFrame] = []
-    for (row, category), frame in boxes.partition_by("row", "category", as_dict=True).items():
-        s, e = merge_to_bins(frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy(), lo, hi, bins)
+
+    def add(row: int, category: str, starts: npt.ArrayLike, ends: npt.ArrayLike) -> None:
+        s, e, span_lo, span_hi = lane_pieces(starts, ends, lo, hi, bins)
         out.append(pl.DataFrame({"row": np.full(s.size, row, np.int64), "category": [category] * s.size,
-                                 "start_ns": s, "end_ns": e}))
+                                 "start_ns": s, "end_ns": e, "span_lo": span_lo, "span_hi": span_hi}))
+
+    for (row, category), frame in boxes.partition_by("row", "category", as_dict=True).items():
+        add(int(row), str(category), frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy())
     rank_of = dict(zip(rows["row"].to_list(), rows["rank"].to_list(), strict=True))
     comm_rows = boxes.filter(pl.col("category").str.starts_with("comm:"))["row"].unique().to_list()
     for row in comm_rows:
-        lane_calls = base.calls.filter(pl.col("row") == row)
-        lane_union = iv.union(lane_calls["start_ns"].to_numpy(), lane_calls["end_ns"].to_numpy())
-        ex = iv.intersect(lane_union, base.exposed.get(rank_of[row], iv.EMPTY))
-        s, e = merge_to_bins(ex[0], ex[1], lo, hi, bins)
-        out.append(pl.DataFrame({"row": np.full(s.size, row, np.int64), "category": ["exposed"] * s.size,
-                                 "start_ns": s, "end_ns": e}))
-    schema = {"row": pl.Int64, "category": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
+        ex = base.exposed.get(int(rank_of[row]), iv.EMPTY)
+        if lanes != RANK_LANES:
+            lane_calls = base.calls.filter(pl.col("row") == row)
+            ex = iv.intersect(iv.union(lane_calls["start_ns"].to_numpy(), lane_calls["end_ns"].to_numpy()), ex)
+        add(int(row), "exposed", ex[0], ex[1])
+    schema = {"row": pl.Int64, "category": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
+              "span_lo": pl.Int64, "span_hi": pl.Int64}
     segs = pl.concat([f.cast(schema) for f in out]) if out else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
     calls = base.calls.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi) & pl.col("row").is_in(wanted))
     return _with_hover(segs.sort("row", "category", "start_ns"), calls.with_columns(
@@ -167,9 +172,10 @@ def _with_hover(segs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         pl.col("category").str.strip_prefix("comm:").alias("dimension")
     )
     if comm.height == 0:
-        return segs.with_columns(pl.lit(0, pl.Int64).alias("calls"), pl.lit(None, pl.String).alias("hover"))
-    seg_key = comm.select("row", "dimension", "start_ns", pl.col("start_ns").alias("seg_start"),
-                          pl.col("end_ns").alias("seg_end"))
+        return segs.drop("span_lo", "span_hi").with_columns(pl.lit(0, pl.Int64).alias("calls"),
+                                                            pl.lit(None, pl.String).alias("hover"))
+    seg_key = comm.select("row", "dimension", pl.col("span_lo").alias("start_ns"),
+                          pl.col("start_ns").alias("seg_start"), pl.col("span_hi").alias("seg_end"))
     joined = (
         calls.sort("start_ns")
         .join_asof(seg_key.sort("start_ns"), on="start_ns", by=["row", "dimension"], strategy="backward",
@@ -192,7 +198,7 @@ def _with_hover(segs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
                                _ms("dur_ns"))).alias("hover")
     ).select("row", pl.concat_str(pl.lit("comm:"), "dimension").alias("category"),
              pl.col("seg_start").alias("start_ns"), "calls", "hover")
-    return segs.join(per_seg, on=["row", "category", "start_ns"], how="left").with_columns(
+    return segs.drop("span_lo", "span_hi").join(per_seg, on=["row", "category", "start_ns"], how="left").with_columns(
         pl.col("calls").fill_null(0).cast(pl.Int64)
     )
 
@@ -214,20 +220,21 @@ def skew_waits(collectives: pl.DataFrame, group_names: dict[str, str] | None = N
 
 def skew_by_group(waits: pl.DataFrame, hosts: dict[int, str], group_names: dict[str, str],
                   max_rows: int) -> tuple[pl.DataFrame, str]:
-    """The skew heatmap's cells: row (a rank, or a host beyond ``max_rows`` ranks), column (a group, named
-    with its dimension), wait_ns_per_step (a host's row: its worst rank). Returns (cells, "rank"|"host")."""
+    """The skew heatmap's cells: row (a rank, or a host beyond ``max_rows`` ranks), column ("tp · pg 1": short,
+    so that the labels stay shorter than the heatmap; the group's name is in ``group``), wait_ns_per_step (a
+    host's row: its worst rank). Returns (cells, "rank"|"host")."""
     by = "rank" if waits["rank"].n_unique() <= max_rows else "host"
     frame = waits.with_columns(
-        pl.format("{} · {}", pl.col("pg").replace_strict(group_names, default=pl.col("pg")), "dimension")
-        .alias("column"),
+        pl.format("{} · pg {}", "dimension", "pg").alias("column"),
+        pl.col("pg").replace_strict(group_names, default=pl.col("pg")).alias("group"),
         pl.col("rank").cast(pl.Int64).replace_strict(hosts, default="?", return_dtype=pl.String).alias("host"),
     )
     if by == "rank":
         cells = frame.select(pl.col("rank").cast(pl.String).alias("row"), "rank", "host", "pg", "dimension",
-                             "column", "wait_ns_per_step", "max_wait_ns", "max_wait_step")
+                             "column", "group", "wait_ns_per_step", "max_wait_ns", "max_wait_step")
     else:
         cells = (frame.sort("wait_ns_per_step", descending=True)
-                 .group_by("host", "pg", "dimension", "column", maintain_order=True)
+                 .group_by("host", "pg", "dimension", "column", "group", maintain_order=True)
                  .agg(pl.col("rank").first(), pl.col("wait_ns_per_step").first(), pl.col("max_wait_ns").max(),
                       pl.col("max_wait_step").first())
                  .with_columns(pl.col("host").alias("row")))

@@ -294,9 +294,10 @@ def test_figure_clicks_open_the_filtered_views(app: Any, cache: RunCache) -> Non
     and a breakdown bar open their rank's timeline; a dimension or tier bar opens its collectives."""
     a = cache.analysis("sample")
     row = a.rank_group_waits.sort("wait_ns_per_step", descending=True).row(0, named=True)
+    # the cell is read from the click's x (column) and y (row): plotly's heatmap clicks carry no customdata
     skew = call(app, next(
         k for k, v in app.callback_map.items() if v["inputs"][0]["id"] == ids.SKEW_GROUPS),
-        [{"points": [{"customdata": [row["rank"], row["pg"], row["max_wait_step"]]}]}], ["sample"])
+        [{"points": [{"x": f"{row['dimension']} · pg {row['pg']}", "y": str(row["rank"])}]}], ["sample"])
     target = skew.get_json()["response"]["url"]["href"]
     members = a.process_groups.filter(a.process_groups["pg"] == row["pg"])["ranks"][0].to_list()
     assert target == state.href("sample", "timeline", ranks=sorted(members), step=row["max_wait_step"])
@@ -320,12 +321,12 @@ def test_figure_clicks_open_the_filtered_views(app: Any, cache: RunCache) -> Non
     (ids.TIMELINE_WINDOW, ["abc", None], ["sample"], 0, ids.TIMELINE_MESSAGE, "step must be a whole number"),
     (ids.TIMELINE_WINDOW, ["all", {"xaxis.range[0]": math.nan, "xaxis.range[1]": 1e308}], ["sample"], 1,
      ids.TIMELINE_MESSAGE, "must be a finite number of ms"),
-    (ids.TIMELINE_GRAPH, [[0, 1], ["x"], "ranks"], ["sample"], 1, ids.TIMELINE_MESSAGE,
+    (ids.TIMELINE_GRAPH, [[0, 1], ["x"], "ranks"], ["sample"], 1, ids.TIMELINE_NOTE,
      "a rank must be a whole number"),
-    (ids.TIMELINE_GRAPH, ["abc", [0], "ranks"], ["sample"], 0, ids.TIMELINE_MESSAGE, "must be a pair"),
-    (ids.TIMELINE_GRAPH, [[0, 1], [0], "ranks"], [["sample"]], 0, ids.TIMELINE_MESSAGE, "No run named"),
+    (ids.TIMELINE_GRAPH, ["abc", [0], "ranks"], ["sample"], 0, ids.TIMELINE_NOTE, "must be a pair"),
+    (ids.TIMELINE_GRAPH, [[0, 1], [0], "ranks"], [["sample"]], 0, ids.TIMELINE_NOTE, "No run named"),
     (ids.COLL_TABLE, [{"a": 1}, None, None, None], ["sample"], 0, ids.COLL_MESSAGE, "is not one of this run's"),
-    (ids.SKEW_HEATMAP, [["x"]], ["sample"], 0, ids.SKEW_MESSAGE, "is not one of this run's groups"),
+    (ids.SKEW_HEATMAP, [["x"]], ["sample", "1"], 0, ids.SKEW_MESSAGE, "is not one of this run's groups"),
     (ids.COMPARE_GRAPH, [["x"], "sample"], [], 0, ids.COMPARE_MESSAGE, "No run named"),
 ])
 def test_bad_inputs_are_answered_with_a_message(app: Any, callback: str, inputs: list[Any], states: list[Any],

@@ -411,7 +411,7 @@ def test_256_ranks(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> No
         browser.get(f"{srv.url}/run/s256/timeline?ranks=0-255")
         wait_plot(browser, ids.TIMELINE_GRAPH, timeout=60)
         wait_for(browser, f"#{ids.TIMELINE_INFO}", text="128 rank(s)", timeout=60)
-        assert "the first 128 are drawn" in wait_for(browser, f"#{ids.TIMELINE_MESSAGE}").text
+        assert "the first 128 are drawn" in wait_for(browser, f"#{ids.TIMELINE_NOTE}").text
         assert check_lanes(browser, "s256 all ranks")["lanes"] == 256
         check_layout(browser, "s256 all ranks")
         shot(browser, "s256-timeline-all")

@@ -90,11 +90,32 @@ def test_timeline_exposed_marks_match_analysis(runs: RunCache) -> None:
     assert any("all_reduce" in h and "exposed 0.1 ms" in h and "tier" in h and "rank 5" in h for h in hovers)
 
 
-def test_merge_to_bins_closes_small_gaps() -> None:
-    s, e = transforms.merge_to_bins([0, 15, 40, 300], [10, 20, 50, 310], 0, 1000, 100)  # bin = 10 ns
-    assert s.tolist() == [0, 40, 300] and e.tolist() == [20, 50, 310]
-    s, e = transforms.merge_to_bins([5], [6], 0, 1000, 10)  # a 1 ns piece is widened to one bin
-    assert (e - s).tolist() == [100]
+def test_lane_pieces_are_exact_up_to_bins_then_each_bin_draws_its_covered_time() -> None:
+    s, e, lo, hi = transforms.lane_pieces([0, 15, 40, 300], [10, 20, 50, 310], 0, 1000, 4)
+    assert s.tolist() == [0, 15, 40, 300] and e.tolist() == [10, 20, 50, 310] and lo.tolist() == s.tolist()
+    # 4 pieces in 2 bins of 500 ns: the first bin holds 25 ns of them, the second 10 (never a whole bin)
+    s, e, lo, hi = transforms.lane_pieces([0, 15, 40, 600], [10, 20, 50, 610], 0, 1000, 2)
+    assert (s.tolist(), e.tolist(), hi.tolist()) == ([0, 500], [25, 510], [500, 1000])
+
+
+@pytest.mark.parametrize("zoom", [1, 8, 200])
+def test_timeline_draws_the_analysis_exposed_time_at_every_zoom(runs: RunCache, zoom: int) -> None:
+    """The black drawn on each rank's lane inside a window is the analysis' exposed time there (issue 25:
+    a bin was painted black if anything in it was exposed), for the whole run and two zooms into step 1."""
+    from commprof.analyzers.windows import exposed_in_window
+
+    base = runs.timeline_base("synth")
+    step = base.steps.row(1, named=True)
+    spans = runs.analysis("synth").exposed_spans
+    first = spans.filter(pl.col("start_ns") >= step["start_ns"]).sort("start_ns").row(0, named=True)
+    mid, half = (first["start_ns"] + first["end_ns"]) // 2, (base.end_ns - base.origin_ns) // (2 * zoom)
+    lo, hi = (base.origin_ns, base.end_ns) if zoom == 1 else (mid - half, mid + half)
+    segs = transforms.timeline_segments(base, (lo, hi), None, 40)  # fewer bins than pieces: binned
+    drawn = (segs.filter(pl.col("category") == "exposed").join(base.rows, on="row")
+             .group_by("rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("drawn")).sort("rank"))
+    truth = exposed_in_window(spans, lo, hi).join(drawn, on="rank", how="left")
+    assert truth["exposed_ns"].sum() > 0
+    assert truth["drawn"].fill_null(0).to_list() == truth["exposed_ns"].to_list()
 
 
 def test_skew_finds_the_straggler(runs: RunCache) -> None:
@@ -222,3 +243,36 @@ def test_figures_stay_within_browser_limits_at_1024_ranks() -> None:
                                    host_links)
     assert topo.layout.height <= figures.MAX_FIGURE_PX
     assert sum(1 for t in topo.data if t.mode == "lines" and t.fill != "toself") <= figures.MAX_LINKS
+
+
+def test_equal_links_are_drawn_all_or_none() -> None:
+    """32 hosts: 16 pp pairs of 0.56 GB and 496 dp pairs of 0.93 GB per step. The 48 heaviest would be 48
+    arbitrary dp pairs (issue 25: all out of the first two hosts); equal links are drawn all or none, so the
+    dp mesh is left out and said, and the 16 pp links are drawn."""
+    hosts = [f"node-{h:02d}" for h in range(32)]
+    dp = [(hosts[a], hosts[b], "dp", 0.93e9) for a in range(32) for b in range(a + 1, 32)]
+    pp = [(hosts[h], hosts[h + 16], "pp", 0.56e9) for h in range(16)]
+    pairs = pl.DataFrame([(a, b, d, "ib", v) for a, b, d, v in dp + pp], orient="row",
+                         schema=["a", "b", "dimension", "tier", "bytes_per_step"])
+    drawn, left_out = figures.heaviest_links(pairs, figures.MAX_LINKS)
+    assert drawn.height == 16 and set(drawn["dimension"].to_list()) == {"pp"}
+    assert left_out == ["dp · ib: 496 host pairs of 0.93 GB per step each"]
+    drawn, left_out = figures.heaviest_links(pairs.filter(pl.col("dimension") == "pp"), 8)
+    assert drawn.height == 0 and left_out == ["pp · ib: 16 host pairs of 0.56 GB per step each"]
+
+
+def test_a_finding_opens_the_group_of_the_dimension_it_names(runs: RunCache) -> None:
+    """"most waited on in tp" with groups ("10", "2"): text order opens 10 (a dp group); the tp group comes
+    first, and groups of one dimension in numeric order."""
+    from commprof.analyzers.findings import Finding
+
+    pgs = runs.analysis("synth").process_groups
+    dims = dict(zip(pgs["pg"].to_list(), pgs["dimension"].to_list(), strict=True))
+    tp = sorted((p for p, d in dims.items() if d == "tp"), key=style.natural_key)
+    dp = sorted((p for p, d in dims.items() if d == "dp"), key=style.natural_key)
+    finding = Finding(id="straggler", key="straggler:rank5", severity="high", title="", detail="", action="",
+                      saving_ns_per_step=0, saving_model="", ranks=(5,), pgs=tuple(sorted([*dp, *tp])),
+                      dimension="tp")
+    assert runs.finding_groups("synth", finding) == tp + dp
+    assert style.natural_key("2") < style.natural_key("14") and style.natural_key("node-2") < style.natural_key(
+        "node-10")

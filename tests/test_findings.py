@@ -288,3 +288,40 @@ def test_overlap_savings_are_not_promised_on_a_cpu_run() -> None:
     (f,) = [f for f in a.findings if f.id == "dp_sync_exposed"]
     assert (f.severity, f.saving_ns_per_step) == ("info", 0)
     assert f.saving_model.startswith("not estimated on a CPU run") and "same cores" in f.detail
+
+
+def test_zero_byte_all_to_alls_are_not_small_messages_and_savings_share_the_time(tmp_path: Path) -> None:
+    """An all-to-all of 4 members with one hot expert at 4x the mean: the other three move 0 bytes. Those
+    calls are no "small messages at 0.0 GB/s" (issue 25: 37.75 ms claimed of the ep comm's 52.66 ms exposed,
+    on top of the imbalance finding's 38.48 ms); and the findings naming a dimension never promise more
+    than its exposed time together."""
+    a = _analyze(tmp_path, "a2a0", dict(nodes=2, gpus_per_node=8, sizes={"tp": 2, "ep": 4, "dp": 2}, steps=2,
+                                        micro_batches=2, layers=2, alltoall_imbalance=4.0, seed=2))
+    assert a.collectives.filter((a.collectives["op"] == "all_to_all") & (a.collectives["bytes"] == 0)).height > 0
+    assert [f.key for f in a.findings if f.id == "small_messages"] == []
+    assert "alltoall_imbalance:ep" in {f.key for f in a.findings}
+    exposed = dict(zip(a.by_dimension["dimension"], a.by_dimension["exposed_ns_per_step"], strict=True))
+    for dim, limit in exposed.items():
+        assert sum(f.saving_ns_per_step for f in a.findings if f.dimension == dim) <= limit + 1, dim
+    assert sum(f.saving_ns_per_step for f in a.findings) <= a.totals["exposed_comm_ns"] + 1
+
+
+def test_savings_on_the_same_time_are_capped_at_it() -> None:
+    """Two findings on 50 ms of exposed ep time claiming 38 + 37 ms: the larger keeps its estimate, the other
+    gets the 12 ms left (and says so, at the severity that leaves); the run's 80 ms exposed caps them all: a
+    finding without a dimension gets the 30 ms left, and nothing is left for the smallest."""
+    from commprof.analyzers.findings import Finding
+    from commprof.analyzers.findings_rules import cap_shared_savings
+
+    def finding(key: str, saving: int, dimension: str | None) -> Finding:
+        return Finding(id="small_messages", key=key, severity="high", title=key, detail="", action="",
+                       saving_ns_per_step=saving, saving_model="model", dimension=dimension)
+
+    found = [finding("b", 37_000_000, "ep"), finding("a", 38_000_000, "ep"), finding("c", 5_000_000, "tp"),
+             finding("d", 35_000_000, None)]
+    out = {f.key: f for f in cap_shared_savings(found, {"ep": 50e6, "tp": 10e6}, 80e6, 1000e6)}
+    assert {k: f.saving_ns_per_step for k, f in out.items()} == {"a": 38_000_000, "b": 12_000_000, "c": 0,
+                                                                 "d": 30_000_000}
+    assert out["a"].saving_model == "model" and "capped at 12.00 ms" in out["b"].saving_model
+    assert (out["a"].severity, out["b"].severity, out["d"].severity, out["c"].severity) == (
+        "high", "low", "medium", "info")

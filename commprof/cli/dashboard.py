@@ -113,11 +113,11 @@ def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, la
         for line in run.warnings[:3]:
             click.echo(f"commprof: warning: {key}: {line}", err=True)
     from commprof.dashboard import create_app
-    from commprof.dashboard.cache import warmed
+    from commprof.dashboard.cache import RunCache, warm_in_background
 
-    cache, problems = warmed(runs, settings, failures, order)
-    for problem in problems:
-        click.echo(f"commprof: warning: {problem}", err=True)
+    # the server answers at once; the runs are analyzed beside it (a page waits for its run's analysis)
+    cache = RunCache(runs, settings, failures, order)
+    warm_in_background(cache, lambda problem: click.echo(f"commprof: warning: {problem}", err=True))
     app = create_app(runs, cache)
     failed = f"; {len(failures)} could not be opened ({', '.join(failures)})" if failures else ""
     click.echo(f"commprof dashboard: {len(runs)} run(s) ({', '.join(runs)}){failed} on http://{host}:{port}/",

@@ -7,6 +7,7 @@ so that the overview's links land on the filtered table; a group's name opens th
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import polars as pl
 from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
@@ -30,8 +31,8 @@ COLUMNS = [
     {"name": "dimension", "id": "dimension"}, {"name": "tier", "id": "tier"}, {"name": "op", "id": "op"},
     {"name": "message size", "id": "size"},
     {"name": "calls", "id": "calls", "type": "numeric"}, {"name": "ranks", "id": "ranks", "type": "numeric"},
-    {"name": "mean duration (ms)", "id": "mean_ms", "type": "numeric", "format": _number(4)},
-    {"name": "exposed per step (ms)", "id": "exposed_ms_per_step", "type": "numeric", "format": _number(4)},
+    {"name": "mean duration (ms)", "id": "mean_ms", "type": "numeric", "format": _number(2)},
+    {"name": "exposed per step (ms)", "id": "exposed_ms_per_step", "type": "numeric", "format": _number(2)},
     {"name": "busbw (GB/s)", "id": "busbw_gbps", "type": "numeric", "format": _number(2)},
     {"name": "efficiency (%)", "id": "efficiency_pct", "type": "numeric", "format": _number(1)},
 ]
@@ -111,3 +112,15 @@ def register(app: Dash, cache: RunCache) -> None:
         shown = _filtered(groups, chosen)
         calls = _filtered(cache.analysis(key).collectives, chosen)
         return _rows(cache, key, shown), figures.busbw_figure(calls, cache.group_names(key)), no_update
+
+    @app.callback(Output(ids.URL, "search", allow_duplicate=True), *[Input(cid, "value") for _, cid in FILTERS],
+                  State(ids.RUN_KEY, "data"), prevent_initial_call=True)
+    @guarded(1, None)
+    def remember(dimension: Any, tier: Any, op: Any, pg: Any, key: Any) -> Any:
+        """The filters into the URL (a reload or a shared link shows the same rows)."""
+        key = as_key(key, cache.runs)
+        groups = cache.collective_groups(key)
+        params = {column: ",".join(as_choice(value, column, _options(groups, column)))
+                  for (column, _), value in zip(FILTERS, (dimension, tier, op, pg), strict=True)}
+        params = {k: v for k, v in params.items() if v}
+        return "?" + urlencode(params) if params else ""

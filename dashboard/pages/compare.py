@@ -4,12 +4,13 @@ tier, side by side with deltas; a note when the two runs are not like for like."
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
-from dash import Dash, Input, Output, dash_table, dcc, html
+from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from commprof.dashboard import figures, ids, transforms
 from commprof.dashboard.cache import RunCache
-from commprof.dashboard.state import as_key, guarded
+from commprof.dashboard.state import as_key, guarded, parse_query
 from commprof.dashboard.style import fmt_bytes, fmt_gbps, fmt_ms, fmt_pct
 
 TITLE = "Compare"
@@ -65,10 +66,14 @@ def layout(cache: RunCache, a: str | None = None, b: str | None = None) -> Any:
         return html.Div([html.H2("Compare"), html.P(
             "Compare needs two runs that can be shown: start the dashboard with both, e.g. "
             "`commprof dashboard RUN_A RUN_B`.", id=ids.COMPARE_MESSAGE, className="callout")])
+    problems = [f"run {which} {str(asked)[:80]!r} is not one of the runs served ({', '.join(keys)})"
+                for which, asked in (("A", a), ("B", b)) if asked not in (None, "") and asked not in keys]
     a = a if a in keys else keys[0]
     b = b if b in keys and b != a else next(k for k in keys if k != a)
+    message = "; ".join(problems) + f": showing {a} and {b}." if problems else ""
     return html.Div([
         html.H2("Compare two runs"),
+        html.Div(message, id=ids.COMPARE_PROBLEM, className="message"),
         html.Div([html.Label("run A"), dcc.Dropdown(id=ids.COMPARE_A, options=keys, value=a, clearable=False,
                                                      style={"minWidth": "240px"}),
                   html.Label("run B"), dcc.Dropdown(id=ids.COMPARE_B, options=keys, value=b, clearable=False,
@@ -106,3 +111,15 @@ def register(app: Dash, cache: RunCache) -> None:
         text = ("Times are means per rank and step; – = the run has no such dimension or tier, or the value is "
                 "unknown (e.g. bandwidth without message sizes).")
         return figures.compare_figure(deltas, a, b), rows, note, text
+
+    @app.callback(Output(ids.URL, "search", allow_duplicate=True), Input(ids.COMPARE_A, "value"),
+                  Input(ids.COMPARE_B, "value"), State(ids.URL, "search"), prevent_initial_call="initial_duplicate")
+    @guarded(1, None)
+    def remember(a: Any, b: Any, search: Any) -> Any:
+        """Runs A and B into the URL (the page's first draw too: a bare /compare becomes a link to it)."""
+        shown = [k for k in cache.keys() if cache.check(k) is None]
+        wanted = "?" + urlencode({"a": as_key(a, shown), "b": as_key(b, shown)})
+        asked = parse_query(search)
+        if ctx.triggered_id is None and any(v not in shown for v in (asked.get("a"), asked.get("b")) if v):
+            return no_update  # the first draw keeps a URL that asked for a run not served: its message says so
+        return no_update if parse_query(wanted) == asked else wanted

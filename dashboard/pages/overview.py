@@ -12,6 +12,7 @@ from commprof.dashboard.cache import RunCache
 from commprof.dashboard.state import as_key, as_ranks, guarded, href
 from commprof.dashboard.style import SEVERITY_COLOURS, fmt_ms, fmt_pct
 from commprof.report import analysis_text
+from commprof.report.findings_text import _share  # the CLI's "(x % of the step)"
 
 TITLE = "Overview"
 # hovers on the CLI table's short headers (the table itself is the CLI's, column for column)
@@ -29,9 +30,9 @@ MAX_FINDINGS = 10
 MAX_LINK_RANKS = 16
 
 
-def _tile(label: str, value: str, sub: str, tid: str) -> Any:
+def _tile(label: str, value: str, sub: str, tid: str, wide: bool = False) -> Any:
     return html.Div([html.Div(label, className="label"), html.Div(value, className="value"),
-                     html.Div(sub, className="sub")], className="tile", id=tid)
+                     html.Div(sub, className="sub")], className="tile wide" if wide else "tile", id=tid)
 
 
 def headline(cache: RunCache, key: str) -> Any:
@@ -44,13 +45,67 @@ def headline(cache: RunCache, key: str) -> Any:
     wait_share = f"{100 * wait / exposed:.0f}% of it waiting" if exposed and wait is not None else ""
     return html.Div([
         _tile("step time", fmt_ms(t.get("step_ns")), "mean per rank and step", "headline-step"),
+        *_scale_tiles(cache, key),
         _tile("exposed comm", fmt_pct(t.get("exposed_comm_pct_of_step")),
               f"{fmt_ms(exposed)} of the step: comm with no compute running", "headline-exposed"),
         _tile("overlap", fmt_pct(t.get("overlap_pct")), "of comm time hidden behind compute", "headline-overlap"),
         _tile("wait vs transfer", f"{fmt_ms(wait)} / {fmt_ms(transfer)}",
               f"exposed time blocked on late ranks / moving data{' · ' + wait_share if wait_share else ''}",
-              "headline-wait"),
+              "headline-wait", wide=True),
     ], className="headline", id=ids.OVERVIEW_HEADLINE)
+
+
+def _scale_tiles(cache: RunCache, key: str) -> list[Any]:
+    """The rank the others wait for and the group with the most exposed comm: where a run of any size
+    starts to be read (the analysis' stragglers table and the CLI's process-group rows)."""
+    _, worst = cache.skew(key)
+    groups = cache.report(key).get("process_groups") or []
+    top = max(groups, key=lambda g: (g.get("exposed_ns_per_step") or 0, -len(str(g["pg"]))), default=None)
+    tiles = []
+    judged = next((f for f in cache.findings(key) if getattr(f, "id", "") == "straggler" and f.ranks), None)
+    if judged is not None:  # the straggler rule's verdict, not merely the rank waited on most
+        late = judged.numbers.get("late_ns_per_step")
+        tiles.append(_tile("straggler", f"rank {judged.ranks[0]}",
+                           (f"arrives {fmt_ms(late)} per step after its peers" if late else judged.title)
+                           + f" · {judged.severity}", ids.OVERVIEW_STRAGGLER))
+    elif worst:
+        tiles.append(_tile("most waited on", f"rank {worst['rank']}",
+                           f"the others wait {fmt_ms(worst['caused_wait_ns_per_step'])} per step for it (no "
+                           "straggler finding: its lateness may be the schedule's)", ids.OVERVIEW_STRAGGLER))
+    if top and top.get("exposed_ns_per_step"):
+        tiles.append(_tile("worst group", f"{top['dimension']} · pg {top['pg']}",
+                           f"{fmt_ms(top['exposed_ns_per_step'])} exposed per rank-step · {top['tier']} · "
+                           f"{len(top.get('ranks') or [])} ranks", ids.OVERVIEW_WORST_GROUP))
+    return tiles
+
+
+def spread(cache: RunCache, key: str) -> Any:
+    """Past the CLI's 16 rank rows: the CLI's spread over the ranks (min, p10, median, p90, max, where)."""
+    rows = analysis_text.distribution_rows(cache.report(key))
+    if not rows:
+        return None
+    head = html.Tr([html.Th(c, className="text" if i == 0 else "") for i, c in enumerate(analysis_text.DIST_COLUMNS)])
+    body = [html.Tr([html.Td(c) for c in r]) for r in rows]
+    return html.Div([html.H3(f"Spread over the {len(cache.report(key)['ranks']):,} ranks (ms per step)"),
+                     html.Div(html.Table([html.Thead(head), html.Tbody(body)], className="grid"), className="scroll")],
+                    id=ids.OVERVIEW_SPREAD)
+
+
+def breakdown(cache: RunCache, key: str) -> Any:
+    """The step split per rank; past the CLI's 16 rows, the ranks the CLI shows (each figure's min and max,
+    then the most exposed) and the straggler, so that a bar is a rank and not a pixel."""
+    a = cache.analysis(key)
+    summary = a.rank_summary
+    report = cache.report(key)
+    if summary.height > analysis_text.MAX_RANK_ROWS:
+        _, worst = cache.skew(key)
+        keep = {int(r["rank"]) for r in analysis_text.shown_ranks(report)} | ({int(worst["rank"])} if worst else set())
+        summary = summary.filter(summary["rank"].is_in(sorted(keep)))
+    title = (None if summary.height == a.rank_summary.height else
+             f"{summary.height} of {a.rank_summary.height:,} ranks: each figure's min and max, the straggler, then "
+             "the most exposed (click a rank for its timeline)")
+    return dcc.Graph(id=ids.OVERVIEW_BREAKDOWN, figure=figures.breakdown_figure(summary, title),
+                     config={"displaylogo": False})
 
 
 def evidence_links(cache: RunCache, key: str, finding: Any) -> list[Any]:
@@ -58,7 +113,7 @@ def evidence_links(cache: RunCache, key: str, finding: Any) -> list[Any]:
     step), the skew and collectives pages filtered to its groups, dimension and tier."""
     ranks = cache.finding_ranks(key, finding, MAX_LINK_RANKS)
     steps = [int(s) for s in (getattr(finding, "steps", ()) or ())]
-    pgs = [str(p) for p in (getattr(finding, "pgs", ()) or ())]
+    pgs = cache.finding_groups(key, finding)
     dimension, tier = getattr(finding, "dimension", None), getattr(finding, "tier", None)
     links = []
     if ranks or steps:
@@ -82,6 +137,7 @@ def findings_section(cache: RunCache, key: str) -> Any:
                 "skew page for late ranks.")
         return html.Div(html.P(text, className="muted"), id=ids.OVERVIEW_FINDINGS)
     items = []
+    step = (cache.analysis(key).totals or {}).get("step_ns")
     for f in found[:MAX_FINDINGS]:
         severity = str(getattr(f, "severity", "info"))
         saving = int(getattr(f, "saving_ns_per_step", 0) or 0)
@@ -90,8 +146,8 @@ def findings_section(cache: RunCache, key: str) -> Any:
             html.Div([html.Span(severity, className="badge",
                                 style={"background": SEVERITY_COLOURS.get(severity, "#546e7a")}),
                       html.Span(str(getattr(f, "title", "")), className="title"),
-                      html.Span(f" — could save ~{fmt_ms(saving)} per step" if saving > 0 else "",
-                                title=model)]),
+                      html.Span(f" — could save ~{fmt_ms(saving)} per step{_share(saving, step)}"
+                                if saving > 0 else "", title=model)]),
             html.Div(str(getattr(f, "detail", ""))),
             html.Div(["What to change: ", str(getattr(f, "action", ""))]) if getattr(f, "action", "") else None,
             html.Div(evidence_links(cache, key, f), className="links"),
@@ -156,8 +212,8 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
         html.H3("Findings"),
         findings_section(cache, key),
         dimension_tier_table(cache, key),
-        dcc.Graph(id=ids.OVERVIEW_BREAKDOWN, figure=figures.breakdown_figure(a.rank_summary),
-                  config={"displaylogo": False}),
+        spread(cache, key),
+        breakdown(cache, key),
         html.Div([
             html.Div(dcc.Graph(id=ids.OVERVIEW_BY_DIMENSION, config={"displaylogo": False},
                                figure=figures.exposed_by_figure(a.by_dimension, "dimension")), className="half"),

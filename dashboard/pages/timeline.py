@@ -1,7 +1,8 @@
 """Timeline: one compute and one comm lane per rank (or every stream), comm coloured by dimension with its
 exposed part in black.
 
-The server aggregates to what the window can show (``transforms.merge_to_bins``); zooming sends the new
+The server aggregates to what the window can show (``transforms.lane_pieces``: each bin drawn with the time
+it really holds, from analyzers/windows.py), and marks where steps start; zooming sends the new
 x range back, and the figure for (run, window, ranks, lanes) is cached. The state — step, window (t0/t1 in
 ms since the run's first event), ranks, lanes — is written into the URL, so a view can be linked.
 """
@@ -30,6 +31,7 @@ from commprof.dashboard.state import (
 
 TITLE = "Timeline"
 WHOLE_RUN = "all"
+ALL_RANKS = "all"  # ?ranks=all: the dropdown cleared (not the default ranks)
 LANE_OPTIONS = [{"label": "a compute and a comm lane per rank", "value": transforms.RANK_LANES},
                 {"label": "every stream / thread", "value": transforms.STREAM_LANES}]
 
@@ -61,8 +63,11 @@ def _initial(cache: RunCache, key: str, query: dict[str, str]) -> tuple[str, tup
     except BadInput as err:
         problems.append(str(err))
     try:
-        chosen = as_ranks(query.get("ranks"), cache.analysis(key).ranks["rank"].to_list())
-        ranks = chosen if chosen else ranks
+        if query.get("ranks") == ALL_RANKS:
+            ranks = []  # cleared: every rank (the first MAX_TIMELINE_RANKS drawn)
+        else:
+            chosen = as_ranks(query.get("ranks"), cache.analysis(key).ranks["rank"].to_list())
+            ranks = chosen if chosen else ranks
     except BadInput as err:
         problems.append(str(err))
     try:
@@ -104,6 +109,7 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
         ], className="controls"),
         html.Div([html.Span(id=ids.TIMELINE_INFO, className="muted")], className="controls"),
         html.Div(problem, id=ids.TIMELINE_MESSAGE, className="message"),
+        html.Div(id=ids.TIMELINE_NOTE, className="message"),
         html.P("Default ranks: the ones that matter most — the top finding's, or the rank the others wait for "
                "and its group, then the most exposed. Drag to zoom (the server re-aggregates for the new window); "
                "double-click to reset. The URL keeps this view.", className="muted"),
@@ -136,14 +142,14 @@ def register(app: Dash, cache: RunCache) -> None:
 
     @app.callback(
         Output(ids.TIMELINE_GRAPH, "figure"), Output(ids.TIMELINE_INFO, "children"),
-        Output(ids.TIMELINE_MESSAGE, "children", allow_duplicate=True),
+        Output(ids.TIMELINE_NOTE, "children"),
         Input(ids.TIMELINE_WINDOW, "data"), Input(ids.TIMELINE_RANKS, "value"), Input(ids.TIMELINE_LANES, "value"),
-        State(ids.RUN_KEY, "data"), prevent_initial_call="initial_duplicate",
+        State(ids.RUN_KEY, "data"),
     )
     @guarded(3, 2)
     def draw(window: Any, ranks: Any, lanes: Any, key: Any) -> Any:
         key = as_key(key, cache.runs)
-        start, end = as_window_ns(window)
+        start, end = cache.snap_window(key, *as_window_ns(window))
         mode = (as_choice(lanes, "lane mode", [transforms.RANK_LANES, transforms.STREAM_LANES]) or
                 [transforms.RANK_LANES])[0]
         all_ranks = cache.analysis(key).ranks["rank"].to_list()
@@ -179,14 +185,14 @@ def register(app: Dash, cache: RunCache) -> None:
         if abs(start - in_step[0]) > 1000 or abs(end - in_step[1]) > 1000:
             origin = cache.timeline_base(key).origin_ns
             params["t0"], params["t1"] = f"{(start - origin) / 1e6:.3f}", f"{(end - origin) / 1e6:.3f}"
-        if chosen:
-            params["ranks"] = ranks_text(chosen)
+        params["ranks"] = ranks_text(chosen) if chosen else ALL_RANKS
         if lanes == transforms.STREAM_LANES:
             params["lanes"] = transforms.STREAM_LANES
         from urllib.parse import urlencode
 
         current = parse_query(search)
-        if current == params or (current.get("ranks") and as_ranks(current["ranks"], chosen or []) == chosen
+        if current == params or (current.get("ranks") not in (None, ALL_RANKS) and chosen
+                                 and as_ranks(current["ranks"], chosen) == chosen
                                  and {k: v for k, v in current.items() if k != "ranks"} ==
                                  {k: v for k, v in params.items() if k != "ranks"}):
             return no_update  # the URL already says this (no new history entry)

@@ -117,7 +117,8 @@ def rule_straggler(c: Ctx) -> list[Finding]:
         sev = min(severity(saving, c.step_ns), cap, key=SEVERITIES.index)
         out.append(Finding(
             id="straggler", key=f"straggler:rank{x.rank}", severity=sev,
-            title=f"rank {x.rank} is a straggler: it arrives {ms(x.late_ns)} per step after its peers, last in "
+            title=f"rank {x.rank} {'is' if cap != 'info' else 'may be'} a straggler: it arrives {ms(x.late_ns)} per "
+                  f"step after its peers, last in "
                   f"{x.steps_last} of {x.steps} steps ({_sure(x.chance)} sure)"
                   + (f", with {ms(x.work_excess_ns)} more work per step in {x.work_steps_above} of "
                      f"{x.work_steps} ({_sure(x.work_chance)} sure)" if x.work_chance is not None

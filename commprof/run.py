@@ -297,20 +297,43 @@ def _ranges(ranks: list[int]) -> str:
 def open_run(
     path: str | Path, *, cache_dir: str | Path | None = None, jobs: int | None = None,
     progress: ProgressFn | None = None, runner: Runner | None = None, ranks: Iterable[int] | None = None,
-    allow_partial: bool = False,
+    allow_partial: bool = False, step_range: str | None = None,
 ) -> Run:
     """Open a commprof run directory, a folder of Kineto traces or one trace file.
 
     Traces are parsed once (on ``runner``: by default a local process pool sized to the machine, or
     ``jobs`` processes) and cached as Parquet; later opens read the cache. ``ranks``: open only these
     ranks' traces (a quick look at a big run). A trace damaged inside (not just cut short at its end) is
-    an error unless ``allow_partial``.
+    an error unless ``allow_partial``. ``step_range``: the NVTX range that marks a step in Nsight Systems
+    exports (default: ProfilerStep#N and common training-loop names).
     """
     source = discover(path)
     wanted = None if ranks is None else frozenset(ranks)
-    ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress, runner, wanted)
+    ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress, runner, wanted,
+                            step_range)
     rank_files, warnings = _assign_ranks(ingested, wanted, allow_partial)
+    warnings += _step_range_warnings(ingested, rank_files, step_range)
     # one line each, whatever the file names in them hold (the one place Run warnings are made printable)
     warnings = [printable(w) for w in (*source.problems, *ingested.problems, *manifest_warnings(source.manifest),
                                        *warnings)]
     return Run(source, ingested, rank_files, warnings)
+
+
+def _step_range_warnings(ingested: store.Ingested, rank_files: list[RankFile], step_range: str | None) -> list[str]:
+    """Steps of nsys exports are NVTX ranges: say when ``--step-range`` applies to no file or matched nothing,
+    and, without it, when no default name matched (the user's loop names its steps otherwise)."""
+    exports = [rf for rf in rank_files if rf.meta.get("source") == "nsys"]
+    if not exports:
+        return [] if step_range is None else [
+            f"--step-range {step_range!r} applies to Nsight Systems exports and this run has none "
+            "(Kineto traces mark steps with ProfilerStep#N): ignored"]
+    unmatched = [rf.rank for rf in exports if store.read_table(ingested, "step_marks", rf.entry).height == 0]
+    if not unmatched:
+        return []
+    which = "any export" if len(unmatched) == len(exports) else \
+        f"the exports of ranks {_ranges(unmatched)} (of {len(exports)})"
+    if step_range is None:
+        return [f"no NVTX step range (ProfilerStep#N, step, iteration, train_step ...) in {which}: the whole "
+                "export is one step; name your loop's range with --step-range NAME"]
+    return [f"--step-range {step_range!r}: no NVTX range of that name (alone or followed by a step number) in "
+            f"{which}: the whole export is one step (names are matched whole: see the NVTX rows in nsys)"]

@@ -17,6 +17,7 @@ from commprof.cli.common import (
     output_options,
     parse_ranks,
     runner_options,
+    step_range_option,
     work_session,
     write_output,
 )
@@ -52,10 +53,11 @@ from commprof.cli.common import (
                    "NVLink) or cannot be estimated from the run is refused (exit 2).")
 @runner_options
 @allow_partial_option
+@step_range_option
 @output_options
 def analyze(path: str, hta_compat: bool, top: int, workers: int | None, scheduler: str | None, ranks: str | None,
             layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
-            what_if: tuple[str, ...], allow_partial: bool, fmt: str,
+            what_if: tuple[str, ...], allow_partial: bool, step_range: str | None, fmt: str,
             output: Path | None) -> None:
     """Analyze a run directory, a folder of traces (Kineto JSON, nsys SQLite exports) or one trace file.
 
@@ -81,7 +83,7 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
         return
     with work_session(workers, scheduler) as (runner, progress):
         run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
-                                     allow_partial=allow_partial)
+                                     allow_partial=allow_partial, step_range=step_range)
         analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
     _write(analysis_json.build(analysis), fmt, output, render=analysis_text.render_text,
            markdown=analysis_text.render_markdown)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from commprof.cli.common import allow_partial_option, runner_options, write_output
+from commprof.cli.common import allow_partial_option, runner_options, step_range_option, write_output
 
 FORMATS = ("text", "json", "markdown", "junit")
 
@@ -93,12 +93,13 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
               help="Also write the JSON report here (usable later as --baseline).")
 @runner_options
 @allow_partial_option
+@step_range_option
 def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | None,
           max_exposed_ms_per_step: float | None, max_straggler_wait_ms: float | None,
           fail_on_findings: str | None, rules: tuple[str, ...], baseline: str | None, max_regression: str | None,
           noise_floor_ms: float | None, fmt: str, output: Path | None, junit_path: Path | None,
           markdown_path: Path | None, json_path: Path | None, workers: int | None, scheduler: str | None,
-          ranks: str | None, allow_partial: bool) -> None:
+          ranks: str | None, allow_partial: bool, step_range: str | None) -> None:
     """Check a run (or an analyze/check JSON report) against thresholds and a baseline."""
     from commprof.check import evaluate, inputs, load_config, render
     from commprof.check.config import parse_override
@@ -121,7 +122,7 @@ def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | Non
     with work_session(workers, scheduler) as (runner, progress):
         def opener(p: str) -> Any:
             return open_run_with_progress(p, runner=runner, progress=progress, ranks=subset,
-                                          allow_partial=allow_partial)
+                                          allow_partial=allow_partial, step_range=step_range)
 
         base = (inputs.load(config.baseline, opener, settings=settings, runner=runner, progress=progress)
                 if config.baseline else None)

@@ -17,6 +17,7 @@ from commprof.ingest.runner import ProgressFn, Runner
 from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
 
 if TYPE_CHECKING:
+    from commprof.ingest.group_union import GroupUnion
     from commprof.ingest.tables import RunTables
 
 
@@ -69,16 +70,38 @@ class Run:
             raise KeyError(f"unknown table {name!r}; known: ranks, {', '.join(store.TABLES)}")
         return self._scan(name).collect()
 
-    def _scan(self, name: str) -> pl.LazyFrame:
+    def _scan(self, name: str, *, as_read: bool = False) -> pl.LazyFrame:
         """One lazy scan over the ranks' Parquet files (read in parallel by polars). Ranks that were
-        assumed from file order get their rank written over the file's."""
+        assumed from file order get their rank written over the file's. Unless ``as_read``, a group named by
+        two sources has one name (see ``group_union``)."""
         scans = []
         for rf in self.rank_files:
             scan = pl.scan_parquet(self.ingested.cache / name / f"{rf.entry.stem}.parquet")
             if rf.meta.get("rank") != rf.rank and name != "process_groups":
                 scan = scan.with_columns(pl.lit(rf.rank, pl.Int32).alias("rank"))
+            if as_read and name == "process_groups":
+                scan = scan.with_columns(pl.lit(rf.rank, pl.Int32).alias("lister"),
+                                         pl.lit(rf.meta.get("source", "kineto")).alias("source"))
             scans.append(scan)
-        return pl.concat(scans, how="vertical_relaxed") if scans else pl.LazyFrame()
+        frame = pl.concat(scans, how="vertical_relaxed") if scans else pl.LazyFrame()
+        if as_read or name not in ("collectives", "process_groups") or not self.group_union.alias:
+            return frame
+        union = self.group_union
+        frame = frame.with_columns(pl.col("pg").replace(union.alias))
+        if name == "collectives":  # the two sources' seq count differently: such a group is matched by order
+            frame = frame.with_columns(pl.when(pl.col("pg").is_in(list(union.united))).then(None)
+                                       .otherwise(pl.col("seq")).alias("seq"))
+        return frame
+
+    @cached_property
+    def group_union(self) -> GroupUnion:
+        """The groups that Kineto and another source name differently, as one (commprof.ingest.group_union)."""
+        from commprof.ingest.group_union import GroupUnion, unite
+
+        if len({rf.meta.get("source", "kineto") for rf in self.rank_files}) < 2:
+            return GroupUnion()
+        calls = self._scan("collectives", as_read=True).select("rank", "pg", "op", "bytes", "start_ns").collect()
+        return unite(self._scan("process_groups", as_read=True).collect(), calls)
 
     @property
     def intervals(self) -> pl.DataFrame:
@@ -180,7 +203,7 @@ class Run:
         files = tuple((rf.rank, self.ingested.cache / "intervals" / f"{rf.entry.stem}.parquet")
                       for rf in self.rank_files)
         return RunTables(facts, ranks, self.process_groups, collectives, self.step_marks, files, sidecars,
-                         tuple(self.warnings) + sidecars.warnings)
+                         tuple(self.warnings) + self.group_union.warnings + sidecars.warnings)
 
 
 def _corrupt_traces(ingested: store.Ingested, allow_partial: bool) -> list[str]:

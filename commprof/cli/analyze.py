@@ -77,7 +77,7 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks), what_if=tuple(what_if),
     )
     subset = parse_ranks(ranks)
-    untraced = _untraced(path)
+    untraced = report_without_traces(path)
     if untraced is not None:
         _write(untraced, fmt, output, render=_render_untraced)
         return
@@ -119,7 +119,7 @@ def _console(buffer: io.StringIO) -> Any:
     return Console(file=buffer, width=160, no_color=True)
 
 
-def _untraced(path: str) -> dict[str, Any] | None:
+def report_without_traces(path: str) -> dict[str, Any] | None:
     """The report of a folder (or file) that holds Flight Recorder dumps and/or NCCL Inspector logs and no
     trace; None when there are traces (the dumps are then read beside them) or neither."""
     from commprof.analyzers.hang import hang_report

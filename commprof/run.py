@@ -57,7 +57,7 @@ class Run:
             frame = store.read_table(self.ingested, table, rf.entry)
             if frame.height and "rank" in frame.columns and frame["rank"][0] != rf.rank:
                 frame = frame.with_columns(pl.lit(rf.rank, pl.Int32).alias("rank"))
-            yield rf, frame
+            yield rf, self._united(frame.lazy(), table).collect()
 
     def table(self, name: str) -> pl.DataFrame:
         """A whole table over all ranks: ``intervals``, ``collectives``, ``step_marks``,
@@ -84,7 +84,11 @@ class Run:
                                          pl.lit(rf.meta.get("source", "kineto")).alias("source"))
             scans.append(scan)
         frame = pl.concat(scans, how="vertical_relaxed") if scans else pl.LazyFrame()
-        if as_read or name not in ("collectives", "process_groups") or not self.group_union.alias:
+        return frame if as_read else self._united(frame, name)
+
+    def _united(self, frame: pl.LazyFrame, name: str) -> pl.LazyFrame:
+        """A group named by two sources under its one name (and its calls matched by order)."""
+        if name not in ("collectives", "process_groups") or not self.group_union.alias:
             return frame
         union = self.group_union
         frame = frame.with_columns(pl.col("pg").replace(union.alias))

@@ -207,7 +207,10 @@ def test_synth_run_as_kineto_and_as_nsys_gives_the_same_analysis(tmp_path: Path,
     assert halves["findings"] == want["findings"]
     assert halves == want
     assert reports["mixed"]["skew"]["match_by"] == "seq and order"  # Kineto's own tp group keeps its seq
-    sources = open_run(mixed).tables().ranks.select("rank", "source").rows()
+    opened = open_run(mixed)
+    per_rank = {pg for _, frame in opened.rank_tables("collectives") for pg in frame["pg"].to_list()}
+    assert per_rank == set(opened.collectives["pg"].to_list()) == set(opened.process_groups["pg"].to_list()) - {"0"}
+    sources = opened.tables().ranks.select("rank", "source").rows()
     assert sources == [(0, "kineto"), (1, "kineto"), (2, "nsys"), (3, "nsys")]
 
 

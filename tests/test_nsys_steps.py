@@ -87,6 +87,9 @@ def test_a_name_that_matches_nothing_is_one_clear_warning(runs: dict[str, Path],
     assert result.exit_code == 0, result.output
     lines = [w for w in result.stdout.splitlines() if "train_batch" in w]  # the report's warnings
     assert len(lines) == 1 and "no NVTX range of that name" in lines[0] and "in any export" in lines[0]
+    for empty in ("", "  "):
+        refused = cli("analyze", str(runs["named"]), "--step-range", empty)
+        assert refused.exit_code == 2 and "give the NVTX range's name" in refused.output
     kineto = _report_of_kineto(cli, runs["named"].parent / "kineto")
     assert any(w.startswith("--step-range 'x' applies to Nsight Systems exports") for w in kineto["warnings"])
 

@@ -108,8 +108,14 @@ def allow_partial_option(f: Callable[..., Any]) -> Callable[..., Any]:
                              "the damage becomes a warning instead of an error.")(f)
 
 
+def _range_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("give the NVTX range's name, e.g. --step-range train_step")
+    return value.strip() if value is not None else None
+
+
 def step_range_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--step-range", "step_range", default=None, metavar="NAME",
+    return click.option("--step-range", "step_range", default=None, metavar="NAME", callback=_range_name,
                         help="Nsight Systems exports: the NVTX range that marks one training step, matched whole, "
                              "alone or followed by a step number (\"train_step\", \"train_step 12\"); default: "
                              "ProfilerStep#N and common loop names (step, iteration, train_step ...).")(f)

@@ -117,8 +117,8 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
     from commprof.synth import SynthConfig
     from commprof.synth.config import parse_layout_text, parse_version
 
-    if step_range is not None and not write_as.startswith("nsys"):
-        raise UsageError("--step-range names the NVTX step ranges of nsys exports: use it with --write-as nsys")
+    if step_range is not None and (not write_as.startswith("nsys") or not step_range.strip()):
+        raise UsageError("--step-range names the NVTX step ranges of nsys exports: give a name, with --write-as nsys")
     sizes, order = parse_layout_text(layout)
     rank, delay = _straggler(straggler)
     cfg = SynthConfig(nodes=nodes, gpus_per_node=gpus_per_node, sizes=sizes, order=order, steps=steps,

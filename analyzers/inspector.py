@@ -47,3 +47,14 @@ def inspector_summary(records: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("NVLink or PCIe")).otherwise(pl.lit("unknown")).alias("tier"))
     return out.select(list(INSPECTOR_SUMMARY)).cast(dict(INSPECTOR_SUMMARY)).sort(  # type: ignore[arg-type]
         "calls", "comm_id", "op", "bytes", descending=[True, False, False, False])
+
+NETWORK, INSIDE_NODE = "network", "NVLink or PCIe"  # the tiers the records can tell apart
+INSPECTOR_EFFICIENCY = pl.Schema({**INSPECTOR_SUMMARY, "peak_gbps": pl.Float64(), "efficiency": pl.Float64()})
+
+
+def inspector_efficiency(summary: pl.DataFrame, peaks: dict[str, float]) -> pl.DataFrame:
+    """The summary with efficiency = busbw / peak, ``peaks`` keyed by the records' tier (NETWORK, INSIDE_NODE):
+    the records cannot say which network or link it is, so the peak comes from whoever knows (check's config)."""
+    peak = pl.col("tier").replace_strict(list(peaks), list(peaks.values()), default=None, return_dtype=pl.Float64)
+    return summary.with_columns(peak.alias("peak_gbps")).with_columns(
+        (pl.col("busbw_gbps") / pl.col("peak_gbps")).alias("efficiency")).select(list(INSPECTOR_EFFICIENCY))

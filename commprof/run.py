@@ -17,6 +17,7 @@ from commprof.ingest.runner import ProgressFn, Runner
 from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
 
 if TYPE_CHECKING:
+    from commprof.ingest.group_union import GroupUnion
     from commprof.ingest.tables import RunTables
 
 
@@ -56,7 +57,7 @@ class Run:
             frame = store.read_table(self.ingested, table, rf.entry)
             if frame.height and "rank" in frame.columns and frame["rank"][0] != rf.rank:
                 frame = frame.with_columns(pl.lit(rf.rank, pl.Int32).alias("rank"))
-            yield rf, frame
+            yield rf, self._united(frame.lazy(), table).collect()
 
     def table(self, name: str) -> pl.DataFrame:
         """A whole table over all ranks: ``intervals``, ``collectives``, ``step_marks``,
@@ -69,16 +70,42 @@ class Run:
             raise KeyError(f"unknown table {name!r}; known: ranks, {', '.join(store.TABLES)}")
         return self._scan(name).collect()
 
-    def _scan(self, name: str) -> pl.LazyFrame:
+    def _scan(self, name: str, *, as_read: bool = False) -> pl.LazyFrame:
         """One lazy scan over the ranks' Parquet files (read in parallel by polars). Ranks that were
-        assumed from file order get their rank written over the file's."""
+        assumed from file order get their rank written over the file's. Unless ``as_read``, a group named by
+        two sources has one name (see ``group_union``)."""
         scans = []
         for rf in self.rank_files:
             scan = pl.scan_parquet(self.ingested.cache / name / f"{rf.entry.stem}.parquet")
             if rf.meta.get("rank") != rf.rank and name != "process_groups":
                 scan = scan.with_columns(pl.lit(rf.rank, pl.Int32).alias("rank"))
+            if as_read and name == "process_groups":
+                scan = scan.with_columns(pl.lit(rf.rank, pl.Int32).alias("lister"),
+                                         pl.lit(rf.meta.get("source", "kineto")).alias("source"))
             scans.append(scan)
-        return pl.concat(scans, how="vertical_relaxed") if scans else pl.LazyFrame()
+        frame = pl.concat(scans, how="vertical_relaxed") if scans else pl.LazyFrame()
+        return frame if as_read else self._united(frame, name)
+
+    def _united(self, frame: pl.LazyFrame, name: str) -> pl.LazyFrame:
+        """A group named by two sources under its one name (and its calls matched by order)."""
+        if name not in ("collectives", "process_groups") or not self.group_union.alias:
+            return frame
+        union = self.group_union
+        frame = frame.with_columns(pl.col("pg").replace(union.alias))
+        if name == "collectives":  # the two sources' seq count differently: such a group is matched by order
+            frame = frame.with_columns(pl.when(pl.col("pg").is_in(list(union.united))).then(None)
+                                       .otherwise(pl.col("seq")).alias("seq"))
+        return frame
+
+    @cached_property
+    def group_union(self) -> GroupUnion:
+        """The groups that Kineto and another source name differently, as one (commprof.ingest.group_union)."""
+        from commprof.ingest.group_union import GroupUnion, unite
+
+        if len({rf.meta.get("source", "kineto") for rf in self.rank_files}) < 2:
+            return GroupUnion()
+        calls = self._scan("collectives", as_read=True).select("rank", "pg", "op", "bytes", "start_ns").collect()
+        return unite(self._scan("process_groups", as_read=True).collect(), calls)
 
     @property
     def intervals(self) -> pl.DataFrame:
@@ -180,7 +207,7 @@ class Run:
         files = tuple((rf.rank, self.ingested.cache / "intervals" / f"{rf.entry.stem}.parquet")
                       for rf in self.rank_files)
         return RunTables(facts, ranks, self.process_groups, collectives, self.step_marks, files, sidecars,
-                         tuple(self.warnings) + sidecars.warnings)
+                         tuple(self.warnings) + self.group_union.warnings + sidecars.warnings)
 
 
 def _corrupt_traces(ingested: store.Ingested, allow_partial: bool) -> list[str]:
@@ -297,20 +324,43 @@ def _ranges(ranks: list[int]) -> str:
 def open_run(
     path: str | Path, *, cache_dir: str | Path | None = None, jobs: int | None = None,
     progress: ProgressFn | None = None, runner: Runner | None = None, ranks: Iterable[int] | None = None,
-    allow_partial: bool = False,
+    allow_partial: bool = False, step_range: str | None = None,
 ) -> Run:
     """Open a commprof run directory, a folder of Kineto traces or one trace file.
 
     Traces are parsed once (on ``runner``: by default a local process pool sized to the machine, or
     ``jobs`` processes) and cached as Parquet; later opens read the cache. ``ranks``: open only these
     ranks' traces (a quick look at a big run). A trace damaged inside (not just cut short at its end) is
-    an error unless ``allow_partial``.
+    an error unless ``allow_partial``. ``step_range``: the NVTX range that marks a step in Nsight Systems
+    exports (default: ProfilerStep#N and common training-loop names).
     """
     source = discover(path)
     wanted = None if ranks is None else frozenset(ranks)
-    ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress, runner, wanted)
+    ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress, runner, wanted,
+                            step_range)
     rank_files, warnings = _assign_ranks(ingested, wanted, allow_partial)
+    warnings += _step_range_warnings(ingested, rank_files, step_range)
     # one line each, whatever the file names in them hold (the one place Run warnings are made printable)
     warnings = [printable(w) for w in (*source.problems, *ingested.problems, *manifest_warnings(source.manifest),
                                        *warnings)]
     return Run(source, ingested, rank_files, warnings)
+
+
+def _step_range_warnings(ingested: store.Ingested, rank_files: list[RankFile], step_range: str | None) -> list[str]:
+    """Steps of nsys exports are NVTX ranges: say when ``--step-range`` applies to no file or matched nothing,
+    and, without it, when no default name matched (the user's loop names its steps otherwise)."""
+    exports = [rf for rf in rank_files if rf.meta.get("source") == "nsys"]
+    if not exports:
+        return [] if step_range is None else [
+            f"--step-range {step_range!r} applies to Nsight Systems exports and this run has none "
+            "(Kineto traces mark steps with ProfilerStep#N): ignored"]
+    unmatched = [rf.rank for rf in exports if store.read_table(ingested, "step_marks", rf.entry).height == 0]
+    if not unmatched:
+        return []
+    which = "any export" if len(unmatched) == len(exports) else \
+        f"the exports of ranks {_ranges(unmatched)} (of {len(exports)})"
+    if step_range is None:
+        return [f"no NVTX step range (ProfilerStep#N, step, iteration, train_step ...) in {which}: the whole "
+                "export is one step; name your loop's range with --step-range NAME"]
+    return [f"--step-range {step_range!r}: no NVTX range of that name (alone or followed by a step number) in "
+            f"{which}: the whole export is one step (names are matched whole: see the NVTX rows in nsys)"]

@@ -200,12 +200,17 @@ def test_synth_run_as_kineto_and_as_nsys_gives_the_same_analysis(tmp_path: Path,
     assert max(want["skew"]["stragglers"], key=lambda r: r["caused_wait_ns_per_step"])["rank"] == 3
     assert [f["id"] for f in want["findings"]] == ["straggler"]
     assert _normalized(reports["nsys"], names) == want
-    # a mixed run: the groups are named by each source (pg name vs communicator hash), so calls are not
-    # matched across the two halves (waits differ); each rank's own time split is the same
-    own = ("rank", "steps", "step_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
-    mixed_ranks = [{k: r[k] for k in own} for r in reports["mixed"]["ranks"]]
-    assert mixed_ranks == [{k: r[k] for k in own} for r in want["ranks"]]
-    sources = open_run(mixed).tables().ranks.select("rank", "source").rows()
+    # a mixed run: a group named by both sources (pg name, communicator hash) is one group, its calls matched
+    # across the two halves by order: waits, straggler and finding are the all-Kineto run's
+    halves = _normalized(reports["mixed"], names)
+    assert halves["skew"] == want["skew"] and halves["ranks"] == want["ranks"]
+    assert halves["findings"] == want["findings"]
+    assert halves == want
+    assert reports["mixed"]["skew"]["match_by"] == "seq and order"  # Kineto's own tp group keeps its seq
+    opened = open_run(mixed)
+    per_rank = {pg for _, frame in opened.rank_tables("collectives") for pg in frame["pg"].to_list()}
+    assert per_rank == set(opened.collectives["pg"].to_list()) == set(opened.process_groups["pg"].to_list()) - {"0"}
+    sources = opened.tables().ranks.select("rank", "source").rows()
     assert sources == [(0, "kineto"), (1, "kineto"), (2, "nsys"), (3, "nsys")]
 
 

@@ -17,6 +17,7 @@ from commprof.cli.common import (
     output_options,
     parse_ranks,
     runner_options,
+    step_range_option,
     work_session,
     write_output,
 )
@@ -52,10 +53,11 @@ from commprof.cli.common import (
                    "NVLink) or cannot be estimated from the run is refused (exit 2).")
 @runner_options
 @allow_partial_option
+@step_range_option
 @output_options
 def analyze(path: str, hta_compat: bool, top: int, workers: int | None, scheduler: str | None, ranks: str | None,
             layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
-            what_if: tuple[str, ...], allow_partial: bool, fmt: str,
+            what_if: tuple[str, ...], allow_partial: bool, step_range: str | None, fmt: str,
             output: Path | None) -> None:
     """Analyze a run directory, a folder of traces (Kineto JSON, nsys SQLite exports) or one trace file.
 
@@ -75,13 +77,13 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks), what_if=tuple(what_if),
     )
     subset = parse_ranks(ranks)
-    untraced = _untraced(path)
+    untraced = report_without_traces(path)
     if untraced is not None:
         _write(untraced, fmt, output, render=_render_untraced)
         return
     with work_session(workers, scheduler) as (runner, progress):
         run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
-                                     allow_partial=allow_partial)
+                                     allow_partial=allow_partial, step_range=step_range)
         analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
     _write(analysis_json.build(analysis), fmt, output, render=analysis_text.render_text,
            markdown=analysis_text.render_markdown)
@@ -117,7 +119,7 @@ def _console(buffer: io.StringIO) -> Any:
     return Console(file=buffer, width=160, no_color=True)
 
 
-def _untraced(path: str) -> dict[str, Any] | None:
+def report_without_traces(path: str) -> dict[str, Any] | None:
     """The report of a folder (or file) that holds Flight Recorder dumps and/or NCCL Inspector logs and no
     trace; None when there are traces (the dumps are then read beside them) or neither."""
     from commprof.analyzers.hang import hang_report

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from commprof.cli.common import allow_partial_option, runner_options, write_output
+from commprof.cli.common import allow_partial_option, runner_options, step_range_option, write_output
 
 FORMATS = ("text", "json", "markdown", "junit")
 
@@ -93,14 +93,15 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
               help="Also write the JSON report here (usable later as --baseline).")
 @runner_options
 @allow_partial_option
+@step_range_option
 def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | None,
           max_exposed_ms_per_step: float | None, max_straggler_wait_ms: float | None,
           fail_on_findings: str | None, rules: tuple[str, ...], baseline: str | None, max_regression: str | None,
           noise_floor_ms: float | None, fmt: str, output: Path | None, junit_path: Path | None,
           markdown_path: Path | None, json_path: Path | None, workers: int | None, scheduler: str | None,
-          ranks: str | None, allow_partial: bool) -> None:
+          ranks: str | None, allow_partial: bool, step_range: str | None) -> None:
     """Check a run (or an analyze/check JSON report) against thresholds and a baseline."""
-    from commprof.check import evaluate, inputs, load_config, render
+    from commprof.check import evaluate, inputs, load_config
     from commprof.check.config import parse_override
 
     overrides = [parse_override(item) for item in rules]
@@ -114,22 +115,48 @@ def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | Non
     if baseline is not None:
         config.baseline = baseline
     from commprof.analyzers.pipeline import AnalysisSettings
+    from commprof.cli.analyze import report_without_traces
     from commprof.cli.common import open_run_with_progress, parse_ranks, work_session
 
+    untraced = report_without_traces(path)
+    if untraced is not None:  # no trace: NCCL Inspector logs give the bandwidth rules
+        _report(_untraced_result(config, untraced), config, untraced, None, fmt, output, junit_path,
+                markdown_path, json_path)
     subset = parse_ranks(ranks)
     settings = AnalysisSettings(peaks=config.peak_overrides())
     with work_session(workers, scheduler) as (runner, progress):
         def opener(p: str) -> Any:
             return open_run_with_progress(p, runner=runner, progress=progress, ranks=subset,
-                                          allow_partial=allow_partial)
+                                          allow_partial=allow_partial, step_range=step_range)
 
         base = (inputs.load(config.baseline, opener, settings=settings, runner=runner, progress=progress)
                 if config.baseline else None)
         loaded = inputs.load(path, opener, settings=settings, runner=runner, progress=progress)
     result = evaluate(config, loaded.report, base.report if base else None)
-    doc = render.build(result, config, loaded.report, base.path if base else None)
+    _report(result, config, loaded.report, base.path if base else None, fmt, output, junit_path, markdown_path,
+            json_path)
+
+
+def _report(result: Any, config: Any, report: dict[str, Any], baseline: str | None, fmt: str, output: Path | None,
+            junit_path: Path | None, markdown_path: Path | None, json_path: Path | None) -> None:
+    """Write the check in every format asked for and exit with its code."""
+    from commprof.check import render
+
+    doc = render.build(result, config, report, baseline)
     write_output(_render(fmt, doc), output)
     for extra_fmt, extra_path in (("junit", junit_path), ("markdown", markdown_path), ("json", json_path)):
         if extra_path is not None:
             write_output(_render(extra_fmt, doc), extra_path)
     sys.exit(result.exit_code)
+
+
+def _untraced_result(config: Any, report: dict[str, Any]) -> Any:
+    from commprof.check.inspector import evaluate_inspector
+    from commprof.errors import InputError
+
+    if report.get("inspector") is None:
+        named = {"flight_recorder": "Flight Recorder dumps", "nccl_profiler": "NCCL profiler-plugin traces"}
+        sources = " and ".join(named.get(s, s) for s in report["run"]["sources"])
+        raise InputError(f"no rule can run on {sources} files alone: check needs traces or NCCL Inspector logs",
+                         report["run"]["path"])
+    return evaluate_inspector(config, report)

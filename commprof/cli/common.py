@@ -108,15 +108,31 @@ def allow_partial_option(f: Callable[..., Any]) -> Callable[..., Any]:
                              "the damage becomes a warning instead of an error.")(f)
 
 
+def _range_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("give the NVTX range's name, e.g. --step-range train_step")
+    return value.strip() if value is not None else None
+
+
+def step_range_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--step-range", "step_range", default=None, metavar="NAME", callback=_range_name,
+                        help="Nsight Systems exports: the NVTX range that marks one training step, matched whole, "
+                             "alone or followed by a step number (\"train_step\", \"train_step 12\"); default: "
+                             "ProfilerStep#N and common loop names (step, iteration, train_step ...).")(f)
+
+
 def open_run_with_progress(path: str, jobs: int | None = None, *, runner: Any = None, progress: Any = None,
-                           ranks: list[int] | None = None, allow_partial: bool = False) -> Any:
+                           ranks: list[int] | None = None, allow_partial: bool = False,
+                           step_range: str | None = None) -> Any:
     """Open a run, with a progress bar on stderr while traces are parsed (only on a terminal)."""
     from commprof.run import open_run
 
     if runner is not None:
-        return open_run(path, runner=runner, progress=progress, ranks=ranks, allow_partial=allow_partial)
+        return open_run(path, runner=runner, progress=progress, ranks=ranks, allow_partial=allow_partial,
+                        step_range=step_range)
     with work_session(jobs) as (own, bar):
-        return open_run(path, runner=own, progress=bar, ranks=ranks, allow_partial=allow_partial)
+        return open_run(path, runner=own, progress=bar, ranks=ranks, allow_partial=allow_partial,
+                        step_range=step_range)
 
 
 def write_output(text: str, output: Path | None) -> None:

@@ -13,7 +13,7 @@ import click
 
 from commprof.cli.analyze import analyze as _analyze_command
 
-ANALYSIS_OPTIONS = ("layout", "network", "gpus_per_node", "peaks", "hta_compat")
+ANALYSIS_OPTIONS = ("layout", "network", "gpus_per_node", "peaks", "hta_compat", "step_range")
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "127.0.1.1")
 
 
@@ -30,7 +30,8 @@ def run_keys(paths: list[str]) -> list[str]:
     return keys
 
 
-def load_runs(paths: list[str], jobs: int | None = None) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+def load_runs(paths: list[str], jobs: int | None = None,
+              step_range: str | None = None) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """Open every run up front: (runs, failures key -> message, keys in the order given). A run that cannot
     be opened is reported on its page while the others are served; when none can, it stops (exit 2)."""
     from commprof.errors import InputError
@@ -39,7 +40,7 @@ def load_runs(paths: list[str], jobs: int | None = None) -> tuple[dict[str, Any]
     failures: dict[str, str] = {}
     keys = run_keys(paths)
     for key, path in zip(keys, paths, strict=True):
-        opened = _open_or_message(path, jobs)
+        opened = _open_or_message(path, jobs, step_range)
         if isinstance(opened, str):
             failures[key] = opened
         else:
@@ -50,24 +51,24 @@ def load_runs(paths: list[str], jobs: int | None = None) -> tuple[dict[str, Any]
     return runs, failures, keys
 
 
-def _open_or_message(path: str, jobs: int | None) -> Any:
+def _open_or_message(path: str, jobs: int | None, step_range: str | None = None) -> Any:
     """The opened run, or the one-line message saying why it could not be opened."""
     from commprof.errors import CommprofError, InputError
 
     try:
         if not Path(path).expanduser().exists():
             raise InputError("no such file or folder", path)
-        return _open(path, jobs)
+        return _open(path, jobs, step_range)
     except CommprofError as err:
         return str(err)
 
 
-def _open(path: str, jobs: int | None) -> Any:
+def _open(path: str, jobs: int | None, step_range: str | None) -> Any:
     from commprof.cli.common import open_run_with_progress
     from commprof.errors import InputError
 
     try:
-        return open_run_with_progress(path, jobs)
+        return open_run_with_progress(path, jobs, step_range=step_range)
     except (OSError, ValueError, RecursionError) as err:
         raise InputError(f"cannot load the run: {type(err).__name__}: {err}", path) from None
 
@@ -91,7 +92,8 @@ def host_warning(host: str, port: int) -> str | None:
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None,
               help="Processes that parse traces in parallel (default: one per core).")
 def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, layout: str | None,
-              network: str | None, gpus_per_node: int | None, peaks: str | None, hta_compat: bool) -> None:
+              network: str | None, gpus_per_node: int | None, peaks: str | None, hta_compat: bool,
+              step_range: str | None) -> None:
     """Open runs (run directories, folders of traces or trace files) in a web dashboard.
 
     Pages: overview, timeline, collectives, topology, skew, and compare (with two runs or more). The
@@ -106,7 +108,7 @@ def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, la
     warning = host_warning(host, port)
     if warning:
         click.echo(warning, err=True)
-    runs, failures, order = load_runs(list(paths), jobs)
+    runs, failures, order = load_runs(list(paths), jobs, step_range)
     for key, message in failures.items():
         click.echo(f"commprof: warning: {key}: {message} (its page says so; the other runs are served)", err=True)
     for key, run in runs.items():

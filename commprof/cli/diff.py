@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from commprof.cli.common import allow_partial_option, output_options, runner_options, write_output
+from commprof.cli.common import (
+    allow_partial_option,
+    output_options,
+    runner_options,
+    step_range_option,
+    write_output,
+)
 
 
 @click.command()
@@ -16,9 +22,10 @@ from commprof.cli.common import allow_partial_option, output_options, runner_opt
 @click.argument("b", type=click.Path(path_type=str))
 @runner_options
 @allow_partial_option
+@step_range_option
 @output_options
 def diff(a: str, b: str, workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool,
-         fmt: str, output: Path | None) -> None:
+         step_range: str | None, fmt: str, output: Path | None) -> None:
     """Compare run B against run A: step time, exposed and overlapped comm per dimension and tier,
     bytes per step, busbw, findings new or gone."""
     from commprof.check import inputs
@@ -29,7 +36,7 @@ def diff(a: str, b: str, workers: int | None, scheduler: str | None, ranks: str 
     with work_session(workers, scheduler) as (runner, progress):
         def opener(p: str) -> Any:
             return open_run_with_progress(p, runner=runner, progress=progress, ranks=subset,
-                                          allow_partial=allow_partial)
+                                          allow_partial=allow_partial, step_range=step_range)
 
         left = inputs.load(a, opener, runner=runner, progress=progress)
         right = inputs.load(b, opener, runner=runner, progress=progress)

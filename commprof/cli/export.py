@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 import commprof
-from commprof.cli.common import allow_partial_option, runner_options
+from commprof.cli.common import allow_partial_option, runner_options, step_range_option
 
 
 @click.command()
@@ -19,8 +19,9 @@ from commprof.cli.common import allow_partial_option, runner_options
               help="Also write one Kineto-style trace per rank into this folder (readable by commprof).")
 @runner_options
 @allow_partial_option
+@step_range_option
 def export(path: str, perfetto_path: Path, split_dir: Path | None, workers: int | None, scheduler: str | None,
-           ranks: str | None, allow_partial: bool) -> None:
+           ranks: str | None, allow_partial: bool, step_range: str | None) -> None:
     """Export a run as one trace: a process per rank, collectives annotated with dimension, tier, bytes,
     busbw and exposed time, an exposed-comm track and counter per rank."""
     from commprof.cli.common import open_run_with_progress, parse_ranks, work_session
@@ -30,7 +31,7 @@ def export(path: str, perfetto_path: Path, split_dir: Path | None, workers: int 
 
     with work_session(workers, scheduler) as (runner, progress):
         run = open_run_with_progress(path, runner=runner, progress=progress, ranks=parse_ranks(ranks),
-                                     allow_partial=allow_partial)
+                                     allow_partial=allow_partial, step_range=step_range)
         trace = perfetto.build(commprof.analyze(run, runner=runner, progress=progress))
     try:
         if str(perfetto_path) == "-":

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import click
 
-from commprof.cli.common import allow_partial_option, open_run_with_progress, parse_ranks, runner_options, work_session
+from commprof.cli.common import (
+    allow_partial_option,
+    open_run_with_progress,
+    parse_ranks,
+    runner_options,
+    step_range_option,
+    work_session,
+)
 
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=str))
 @runner_options
 @allow_partial_option
-def ingest(path: str, workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool) -> None:
+@step_range_option
+def ingest(path: str, workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool,
+           step_range: str | None) -> None:
     """Parse a run's traces into its tables/ cache and say what was found.
 
     PATH is a commprof run directory, a folder of traces or one trace: Kineto (torch.profiler) .json /
@@ -21,7 +30,7 @@ def ingest(path: str, workers: int | None, scheduler: str | None, ranks: str | N
     subset = parse_ranks(ranks)
     with work_session(workers, scheduler) as (runner, progress):
         run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
-                                     allow_partial=allow_partial)
+                                     allow_partial=allow_partial, step_range=step_range)
         where = runner.describe()
     ing = run.ingested
     sources: dict[str, int] = {}

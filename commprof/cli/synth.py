@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 
-def _rewrite(out: Path, write_as: str) -> None:
+def _rewrite(out: Path, write_as: str, step_range: str | None = None) -> None:
     """The generated run's traces replaced by the same run in another format (read back from its tables)."""
     from commprof.run import open_run
 
@@ -22,7 +22,8 @@ def _rewrite(out: Path, write_as: str) -> None:
     else:
         from commprof.synth.nsys import write_exports
 
-        write_exports(tables, out / "raw" / "nsys", generation=2 if write_as == "nsys-2" else 3)
+        write_exports(tables, out / "raw" / "nsys", generation=2 if write_as == "nsys-2" else 3,
+                      step_name=step_range or "ProfilerStep")
     shutil.rmtree(out / "raw" / "traces")
     shutil.rmtree(out / "tables", ignore_errors=True)
 
@@ -98,6 +99,9 @@ def _offsets(text: str | None) -> tuple[float, ...]:
               default="kineto", show_default=True,
               help="the per-rank files: Kineto traces, Nsight Systems SQLite exports (schema 3.x, or 2.x's older "
                    "names with nsys-2) in raw/nsys/, or NCCL Inspector logs in raw/inspector/ (no timeline)")
+@click.option("--step-range", "step_range", metavar="NAME",
+              help="with --write-as nsys: steps are the NVTX ranges NAME#N instead of ProfilerStep#N (read them back "
+                   "with analyze --step-range NAME)")
 @click.option("--force", is_flag=True, help="replace OUT if it exists")
 def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, micro_batches: int, layers: int,
           model_size: float, tokens: int, gpu_tflops: float, intra: str, network: str, nccl_version: str,
@@ -105,7 +109,7 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
           tp_across_nodes: bool, socket_fallback: bool, alltoall_imbalance: float, desync: int | None,
           nccl_faults: tuple[str, ...], flight_recorder: bool, clock_offset_us: str | None, group_names: str,
           jitter: float,
-          kernels_per_phase: int, seed: int, write_as: str, force: bool) -> None:
+          kernels_per_phase: int, seed: int, write_as: str, step_range: str | None, force: bool) -> None:
     """Write a synthetic run directory to OUT that reads like one `commprof record` made on a GPU
     cluster (Kineto traces, NCCL logs, topology, manifest marked synthetic) and truth.json beside the
     manifest with the answers a correct analysis must give."""
@@ -113,6 +117,8 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
     from commprof.synth import SynthConfig
     from commprof.synth.config import parse_layout_text, parse_version
 
+    if step_range is not None and (not write_as.startswith("nsys") or not step_range.strip()):
+        raise UsageError("--step-range names the NVTX step ranges of nsys exports: give a name, with --write-as nsys")
     sizes, order = parse_layout_text(layout)
     rank, delay = _straggler(straggler)
     cfg = SynthConfig(nodes=nodes, gpus_per_node=gpus_per_node, sizes=sizes, order=order, steps=steps,
@@ -130,7 +136,7 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
         shutil.rmtree(out)
     truth = _generate_whole(cfg, out)
     if write_as != "kineto":
-        _rewrite(out, write_as)
+        _rewrite(out, write_as, step_range)
     click.echo(f"wrote {out}: {cfg.world_size} ranks on {nodes} hosts, {steps} steps (synthetic); "
                f"answers in {out / 'truth.json'}")
     if truth["findings"]["expected"]:

@@ -12,8 +12,10 @@ from commprof.ingest.common.rank_trace import RankTrace, rank_from_file_name
 __all__ = ["RankTrace", "extract", "rank_from_file_name"]
 
 
-def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str | None = None) -> RankTrace:
-    """One input file -> its rank's tables, by the reader its content calls for."""
+def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str | None = None,
+            step_range: str | None = None) -> RankTrace:
+    """One input file -> its rank's tables, by the reader its content calls for. ``step_range``: the NVTX
+    range that marks a step in nsys exports (Kineto traces have ProfilerStep#N)."""
     if nsys.is_sqlite(path):
-        return nsys.extract(path, label)
+        return nsys.extract(path, label, step_range)
     return kineto.extract(path, sidecars, label=label)

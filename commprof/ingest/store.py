@@ -140,13 +140,14 @@ def _write_frame(frame: pl.DataFrame, target: Path, cache: Path) -> None:
     _cache_write(cache, target, buffer.getvalue())
 
 
-def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | None = None,
+              step_range: str | None = None) -> dict[str, Any]:
     """Parse one raw trace and write its tables (runs in a worker process). A cache that cannot be
     written comes back as ``cache_error`` (the whole ingest stops on it, not just this rank)."""
     label = entry.label or str(entry.path)
     try:
         digest = cache_place.content_digest(entry.path)  # before the parse: an edit during it shows next time
-        rank_trace: RankTrace = extract(entry.path, sidecars, label=label)
+        rank_trace: RankTrace = extract(entry.path, sidecars, label=label, step_range=step_range)
     except TruncatedTraceError as err:
         return {"file": label, "rel": entry.rel, "skipped": str(err), "warnings": [f"{err}; rank skipped"]}
     except NotATraceError as err:
@@ -182,14 +183,14 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
 
 
 def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: list[dict[str, Any]],
-               progress: ProgressFn | None) -> list[dict[str, Any]]:
+               progress: ProgressFn | None, step_range: str | None = None) -> list[dict[str, Any]]:
     """Parse every trace on the runner, one task per file. A file whose parse fails (corrupt gzip, a
     bug) becomes a skipped entry with its error: it is reported, the other ranks complete, and it is
     not cached, so the next open tries it again."""
     if runner.remote:  # the workers do not share our working directory
         todo = [replace(e, path=e.path.absolute(), label=e.label or str(e.path)) for e in todo]
     weights = [_text_bytes(e) for e in todo]
-    outcomes = runner.run(parse_one, [(e, cache, sidecars) for e in todo], weights, "ingest", progress)
+    outcomes = runner.run(parse_one, [(e, cache, sidecars, step_range) for e in todo], weights, "ingest", progress)
     cache_errors = [o.value["cache_error"] for o in outcomes if isinstance(o.value, dict) and "cache_error" in o.value]
     if cache_errors:
         raise CommprofError(cache_errors[0])
@@ -308,12 +309,16 @@ def _known_rank(entry: FileEntry, rec: dict[str, Any] | None) -> int | None:
 
 def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
            progress: ProgressFn | None = None, runner: Runner | None = None,
-           ranks: frozenset[int] | None = None) -> Ingested:
+           ranks: frozenset[int] | None = None, step_range: str | None = None) -> Ingested:
     """Parse what is not cached (on ``runner``; a local pool sized to the machine by default) and
     return every trace's cache entry. ``ranks``: only the traces of these ranks are opened (a trace
-    whose rank is known neither from the cache nor from its file name is opened to learn it)."""
+    whose rank is known neither from the cache nor from its file name is opened to learn it).
+    ``step_range``: the NVTX range name of a step in nsys exports."""
     problems: list[str] = []
     sidecars, sidecar_key = read_sidecars(source, problems)
+    if step_range is not None and any(p.name.endswith(".sqlite") for p in source.traces):
+        # it changes the nsys exports' tables: a cache made without it (or with another name) is stale
+        sidecar_key += f"|step-range:{step_range}"
     place = cache_place.choose(source, cache.absolute() if cache else None, _up_to_date(source, sidecar_key))
     cache = place.folder.absolute()
     if place.note:
@@ -334,7 +339,7 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     todo = [e for e in entries if not freshness[e.rel]]
     own = runner or make_runner(jobs)
     try:
-        fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress)}
+        fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress, step_range)}
     finally:
         if runner is None:
             own.close()

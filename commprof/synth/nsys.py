@@ -34,7 +34,8 @@ def comm_hash(pg: str) -> int:
     return int.from_bytes(hashlib.sha1(pg.encode()).digest()[:8], "little") >> 1
 
 
-def write_exports(tables: RunTables, folder: Path, generation: int = 3) -> list[Path]:
+def write_exports(tables: RunTables, folder: Path, generation: int = 3, step_name: str = "ProfilerStep") -> list[Path]:
+    """One export per rank (``profile_<rank>.sqlite``); a step is the NVTX range ``<step_name>#<step>``."""
     folder.mkdir(parents=True, exist_ok=True)
     groups = {pg: sorted(ranks) for pg, ranks in tables.process_groups.select("pg", "ranks").iter_rows()}
     out = []
@@ -44,13 +45,13 @@ def write_exports(tables: RunTables, folder: Path, generation: int = 3) -> list[
         path.unlink(missing_ok=True)
         colls = tables.collectives.filter(pl.col("rank") == rank)
         marks = tables.step_marks.filter(pl.col("rank") == rank)
-        _write_rank(path, rank, info, intervals, colls, marks, groups, generation)
+        _write_rank(path, rank, info, intervals, colls, marks, groups, generation, step_name)
         out.append(path)
     return out
 
 
 def _write_rank(path: Path, rank: int, info: dict[str, Any], intervals: pl.DataFrame, colls: pl.DataFrame,
-                marks: pl.DataFrame, groups: dict[str, list[int]], generation: int) -> None:
+                marks: pl.DataFrame, groups: dict[str, list[int]], generation: int, step_name: str) -> None:
     times = [t for t in (intervals["launch_ns"].min(), intervals["start_ns"].min(), marks["start_ns"].min())
              if isinstance(t, int)]
     session = min(times, default=0) - 1_000_000 - 1_000 * rank  # each capture starts at its own instant
@@ -64,7 +65,7 @@ def _write_rank(path: Path, rank: int, info: dict[str, Any], intervals: pl.DataF
         w.devices(intervals, session, gpid, gtid)
         w.nccl(colls, intervals, groups, rank, session, gtid, int(info["local_rank"] or 0))
         for step, start, end in marks.select("step", "start_ns", "end_ns").iter_rows():
-            w.range(start - session, end - session, gtid, f"ProfilerStep#{step}", None)
+            w.range(start - session, end - session, gtid, f"{step_name}#{step}", None)
         con.commit()
     finally:
         con.close()

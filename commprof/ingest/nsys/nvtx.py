@@ -32,6 +32,7 @@ COMM_INIT = frozenset({"comminitrank", "comminitrankconfig", "comminitrankscalab
 DEFAULT_STEP = re.compile(
     r"^(?:ProfilerStep#(?P<n1>\d+)|(?:train(?:ing)?[ _-]?)?(?:step|iteration|iter)(?:[ _#:-]*(?P<n2>\d+))?)$",
     re.IGNORECASE)
+_SEPARATED_NUMBER = r"(?:[ _#:-]*(?P<n>\d+))?"
 _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
 # payload fields, under the names NCCL's schemas, nsys's composite tables and JSON metadata use
 _COMM_KEYS = ("comm", "commHash", "newcomm", "commhash")
@@ -59,7 +60,7 @@ class NcclRange:
 @dataclass
 class NvtxFacts:
     nccl: list[NcclRange]
-    steps: list[tuple[int, int, int, str]]  # start, end, globalTid, name
+    steps: list[tuple[int, int, int, int | None]]  # start, end, globalTid, the step number its name holds
     mpi_rank: int | None
     payloads: int  # NCCL ranges whose payload was read
     domains: dict[int, str]
@@ -72,7 +73,24 @@ def _name_sql(ex: Export) -> tuple[str, str]:
     return "n.text", ""
 
 
-def read_nvtx(ex: Export, step_pattern: re.Pattern[str] = DEFAULT_STEP) -> NvtxFacts:
+def step_pattern(step_range: str | None) -> re.Pattern[str]:
+    """The step ranges: ``step_range`` (a user's name, alone or followed by a step number: "train_batch",
+    "train_batch 12", "train_batch#12"; any case, as SQL's LIKE), else ProfilerStep#N and common loop names."""
+    if step_range is None:
+        return DEFAULT_STEP
+    return re.compile(f"^{re.escape(step_range)}{_SEPARATED_NUMBER}$", re.IGNORECASE)
+
+
+def _step_like(name: str, step_range: str | None) -> tuple[str, list[str]]:
+    """The SQL condition that keeps the rows that may be step ranges (the pattern confirms them)."""
+    if step_range is None:
+        return f"{name} LIKE '%step%' OR {name} LIKE '%iter%'", []
+    escaped = step_range.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"{name} LIKE ? ESCAPE '\\'", [escaped + "%"]
+
+
+def read_nvtx(ex: Export, step_range: str | None = None) -> NvtxFacts:
+    """NCCL's ranges and the step ranges (named ``step_range``, else the defaults: see step_pattern)."""
     if not ex.has("NVTX_EVENTS", "eventType"):
         return NvtxFacts([], [], None, 0, {})
     domains = {int(d): str(t) for d, t in ex.all(
@@ -82,21 +100,24 @@ def read_nvtx(ex: Export, step_pattern: re.Pattern[str] = DEFAULT_STEP) -> NvtxF
     name, join = _name_sql(ex)
     key = "n.eventId" if ex.has("NVTX_EVENTS", "eventId") else "n.rowid"
     json_col = ex.col("NVTX_EVENTS", "jsonText", "json", "n.")
+    steps_like, params = _step_like(name, step_range)
+    is_step = step_pattern(step_range)
     in_nccl = f"n.domainId IN ({','.join(map(str, nccl_ids))})" if nccl_ids else "0"
     # legacy NCCL ranges in a default domain (no domain row kept) still start with "nccl"
     sql = (f"SELECT n.start, n.end, n.globalTid, {name} AS name, {in_nccl} AS is_nccl, {json_col}, {key} "
            f"FROM NVTX_EVENTS n {join} WHERE n.eventType IN ({PUSH_POP}, {START_END}) AND n.end IS NOT NULL "
-           f"AND ({in_nccl} OR {name} LIKE 'nccl%' OR {name} LIKE '%step%' OR {name} LIKE '%iter%')")
+           f"AND ({in_nccl} OR {name} LIKE 'nccl%' OR {steps_like})")
     payload_rows = _dynamic_payloads(ex)
     nccl: list[NcclRange] = []
-    steps: list[tuple[int, int, int, str]] = []
+    steps: list[tuple[int, int, int, int | None]] = []
     payloads = 0
-    for batch in ex.rows(sql):
+    for batch in ex.rows(sql, params):
         for start, end, tid, text, is_nccl, js, event_id in batch:
             if not isinstance(text, str) or not isinstance(start, int) or not isinstance(end, int):
                 continue
-            if step_pattern.match(text):
-                steps.append((start, end, int(tid or 0), text))
+            if step := is_step.match(text):
+                number = next((g for g in step.groups() if g is not None), None)
+                steps.append((start, end, int(tid or 0), int(number) if number is not None else None))
                 continue
             api = text.removeprefix("nccl").lower() if (is_nccl or text.startswith("nccl")) else None
             if api is None or (api not in NCCL_OPS and api not in COMM_INIT):

@@ -31,17 +31,18 @@ SOURCE = "nsys"
 _TRAILING_NUMBER = re.compile(r"[_.-](\d{1,7})$")  # profile_%q{RANK} -> profile_3
 
 
-def extract(path: Path, label: str | None = None) -> RankTrace:
-    """Read one export. Raises NsysExportError (one line) when SQLite cannot read the file."""
+def extract(path: Path, label: str | None = None, step_range: str | None = None) -> RankTrace:
+    """Read one export; steps are the NVTX ranges named ``step_range`` (default: ProfilerStep#N and common
+    training-loop names, see nvtx.step_pattern). Raises NsysExportError (one line) when SQLite cannot read it."""
     label = label or str(path)
     ex = open_export(path)
     try:
-        return _extract(ex, path, label)
+        return _extract(ex, path, label, step_range)
     finally:
         ex.close()
 
 
-def _extract(ex: Export, path: Path, label: str) -> RankTrace:
+def _extract(ex: Export, path: Path, label: str, step_range: str | None) -> RankTrace:
     warnings: list[str] = []
     meta = ex.metadata()
     version = meta.get("EXPORT_SCHEMA_VERSION")
@@ -52,7 +53,7 @@ def _extract(ex: Export, path: Path, label: str) -> RankTrace:
         warnings.append(f"{label}: export schema {version}; this reader knows 2.x-3.x, so read what matches")
     dev = _sorted(read_devices(ex))
     warnings += [f"{label}: the export has no {what}" for what in dev.missing]
-    nvtx = read_nvtx(ex)
+    nvtx = read_nvtx(ex, step_range)
     offset_ns = _session_start(ex, label, warnings)
     rank, rank_source, world = _rank(path, label, nvtx, warnings)
     table_rank = rank if rank is not None else 0
@@ -221,11 +222,12 @@ def _step_marks(nvtx: NvtxFacts, rank: int, offset_ns: int) -> pl.DataFrame:
     if not nvtx.steps:
         return pl.DataFrame(schema=STEP_MARKS)
     tid = Counter(t for _, _, t, _ in nvtx.steps).most_common(1)[0][0]
-    marks = sorted((s, e, n) for s, e, t, n in nvtx.steps if t == tid)
+    marks = sorted(((s, e, n) for s, e, t, n in nvtx.steps if t == tid), key=lambda m: (m[0], m[1]))
+    # the numbers the names hold, when every range has its own; else the order (an unnumbered "train_step")
+    numbered = all(n is not None for _, _, n in marks) and len({n for _, _, n in marks}) == len(marks)
     rows = []
-    for k, (start, end, name) in enumerate(marks):
-        digits = re.search(r"(\d+)$", name)
-        rows.append({"rank": rank, "step": int(digits.group(1)) if digits else k,
+    for k, (start, end, number) in enumerate(marks):
+        rows.append({"rank": rank, "step": number if numbered and number is not None else k,
                      "start_ns": start + offset_ns, "end_ns": end + offset_ns})
     return pl.DataFrame(rows, schema=STEP_MARKS)
 

@@ -148,9 +148,9 @@ def group_tiers(pgs: pl.DataFrame, ranks: pl.DataFrame, comms: list[CommInfo], t
         row: dict[str, Any] = {"pg": pg, "tier": "unknown", "tier_source": None,
                                "nodes_spanned": len(hosts) if hosts else None, "nccl_comm": None, "link_gbps": None}
         comm = matched.get(pg)
-        # "p2p": the NCCL log shows P2P but not whether NVLink or PCIe; the topology capture or the
+        # "nvlink_or_pcie": the NCCL log shows P2P but not whether NVLink or PCIe; the topology capture or the
         # intra-host assumption below decides it
-        if comm is not None and comm.tier not in ("unknown", "p2p"):
+        if comm is not None and comm.tier not in ("unknown", "nvlink_or_pcie"):
             row.update(tier=comm.tier, tier_source="nccl_log", nccl_comm=comm.comm_id, link_gbps=comm.link_gbps)
         elif hosts:
             kind = _backend(backend or run_backend, gpu_run)

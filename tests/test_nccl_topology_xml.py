@@ -66,7 +66,7 @@ hosty:2:2 [0] NCCL INFO comm 0xb rank 2 nranks 4 cudaDev 0 nvmlDev 0 busId 2000 
 @pytest.mark.parametrize(
     ("xml", "ipc", "direct"),
     [
-        (None, ("p2p", "undecided"), ("p2p", "undecided")),
+        (None, ("nvlink_or_pcie", "undecided"), ("nvlink_or_pcie", "undecided")),
         ("topo_pcie_l40s.xml", ("pcie", "topology_xml"), ("pcie", "topology_xml")),
         ("topo.h100a.xml", ("nvlink", "topology_xml"), ("nvlink", "topology_xml")),
     ],

@@ -17,7 +17,7 @@ TIER_STYLE = {
     "roce": "yellow",
     "ethernet": "red",
     "loopback": "red",
-    "p2p": "magenta",
+    "nvlink_or_pcie": "magenta",
     "unknown": "dim",
 }
 

@@ -16,7 +16,7 @@ the two GPUs talk over NVLink or PCIe. The evidence, most specific first:
    pasted above the log): SXM / HGX parts and their successors have NVLink, PCIe cards and
    consumer GPUs do not; cards that take an optional NVLink bridge decide nothing.
 
-Without any of them the link's tier is ``p2p`` (source ``undecided``) and the reason says so.
+Without any of them the link's tier is ``nvlink_or_pcie`` (source ``undecided``) and the reason says so.
 """
 
 from __future__ import annotations

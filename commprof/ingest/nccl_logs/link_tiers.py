@@ -27,10 +27,10 @@ __all__ = ["Evidence", "find_nic", "gather_evidence", "link_tier", "network_type
 # Which source to report when several links share the deciding tier: the most direct one.
 SOURCE_TRUST = ("transport", "graph", "nvls", "topology", "topology_xml", "graph_xml", "gpu_model", "network",
                 "assumed", "undecided")
-# "p2p": a P2P link that is NVLink or PCIe, undecided. It is at least as fast as PCIe, so it sits
-# between shm and pcie: a comm with PCIe and undecided P2P links crosses PCIe; with NVLink and
-# undecided ones, the slowest is undecided.
-P2P_UNDECIDED = "p2p"
+# "nvlink_or_pcie": a P2P link that is NVLink or PCIe, undecided ("p2p" is a transport, not a tier). It is at
+# least as fast as PCIe, so it sits between shm and pcie: a comm with PCIe and undecided P2P links crosses
+# PCIe; with NVLink and undecided ones, the slowest is undecided.
+P2P_UNDECIDED = "nvlink_or_pcie"
 RANK = {**{t: float(v) for t, v in SLOWNESS.items()}, P2P_UNDECIDED: SLOWNESS["pcie"] + 0.5}
 NETWORK_TIER = {"ib": "ib", "roce": "roce", "socket": "ethernet", "efa": "roce", "tcpx": "ethernet"}
 

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from commprof.ingest.nccl_logs.evidence import Evidence
-from commprof.ingest.nccl_logs.link_tiers import NETWORK_TIER, network_type, slowest
+from commprof.ingest.nccl_logs.link_tiers import NETWORK_TIER, P2P_UNDECIDED, network_type, slowest
 from commprof.ingest.nccl_logs.parser import NcclLogs
 from commprof.ingest.nccl_logs.records import CommRank, Process
 
@@ -159,9 +159,9 @@ def _intra(host: str | None, procs: list[Process], host_links: list[dict[str, An
     found = ev.p2p(None, host)
     if found is not None:
         return found
-    p2p = [r for r in host_links if r["transport"] == "p2p" and r["tier"] == "p2p"]
+    p2p = [r for r in host_links if r["transport"] == "p2p" and r["tier"] == P2P_UNDECIDED]
     if p2p:
-        return "p2p", "undecided", p2p[0]["tier_reason"]
+        return P2P_UNDECIDED, "undecided", p2p[0]["tier_reason"]
     if any(r["transport"] == "shm" for r in host_links):
         return "shm", "transport", "GPUs of this host talk through SHM (host shared memory)"
     return "unknown", "none", "the log shows no link or topology between this host's GPUs"

@@ -21,6 +21,7 @@ from commprof.analyzers.classify import Layout, check_layout, classify_dimension
 from commprof.analyzers.distribution import rank_distribution
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
 from commprof.analyzers.findings import Finding, rank_findings
+from commprof.analyzers.fr_seq import seq_from_flight_recorder
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
 from commprof.analyzers.hang import HangReport, hang_report
 from commprof.analyzers.overlap import (
@@ -128,8 +129,11 @@ class _Work:
 
 
 def step_skew(w: _Work) -> None:
-    skew = analyze_skew(w.tables.collectives, w.tables.ranks)
-    w.collectives = w.tables.collectives.join(skew.calls, on=["rank", "call"], how="left")
+    # calls without a seq take it from the Flight Recorder dumps beside the traces, where they align
+    collectives, notes = seq_from_flight_recorder(w.tables.collectives, w.tables.sidecars.flight_recorder)
+    w.warnings.extend(notes)
+    skew = analyze_skew(collectives, w.tables.ranks)
+    w.collectives = collectives.join(skew.calls, on=["rank", "call"], how="left")
     w.host_clocks, w.match_by, w.unmatched = skew.host_clocks, skew.match_by, skew.unmatched
     unaligned = skew.host_clocks.filter(~pl.col("fit").is_in(["reference", "aligned", "single host"]))
     if unaligned.height:

@@ -5,9 +5,9 @@ all) is matched by call order, which one missing or extra call shifts for good. 
 Flight Recorder dumps, every rank's dump lists its calls per process group with torch's own
 ``collective_seq_id``: the seq the trace lacks. Per (rank, group):
 
-* **by time** where the clocks agree: each call takes the seq of the dump's entry of the same op (and size,
-  where both know it) created nearest its enqueue (the CPU launch, else its start), when that is closer
-  than half the typical gap between the group's entries and the seqs rise with the calls. The dump's ring
+* **by time** where the clocks agree: each call takes the seq of an entry of the same op created within half
+  the group's typical gap between entries of its enqueue (the CPU launch, else its start), each entry once,
+  the closest pairs first. The dump's ring
   buffer holds the last N calls, so the oldest calls of a long trace may have no entry: they keep order.
 * **by sequence** otherwise: the trace's calls in time order are aligned with the entries in seq order by
   op and size, and take their seq where exactly one stretch of the dump fits every call.
@@ -18,6 +18,7 @@ Where neither fits, the calls keep matching by order and the analysis says how m
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -34,10 +35,14 @@ def _op(name: str | None) -> str:
     return _SAME_OP.get(op, op)
 
 
+# ops whose size the trace and the dump may count differently (output vs per-rank input, uneven splits)
+_SIZE_VARIES = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
+
+
 def _fits(trace: Sequence[tuple[str, int | None]], dump: Sequence[tuple[str, int | None]], at: int) -> bool:
     for k, (op, size) in enumerate(trace):
         f_op, f_size = dump[at + k]
-        if op != f_op or (size is not None and f_size is not None and size != f_size):
+        if op != f_op or (op not in _SIZE_VARIES and size is not None and f_size is not None and size != f_size):
             return False
     return True
 
@@ -51,11 +56,12 @@ def _alignment(trace: list[tuple[str, int | None]], dump: list[tuple[str, int | 
 
 def _by_time(calls: pl.DataFrame, mine: pl.DataFrame, trace: list[tuple[str, int | None]],
              dump: list[tuple[str, int | None]]) -> list[int | None] | None:
-    """Each call's seq from the entry created nearest its enqueue; None where the clocks do not agree (fewer
-    than half the calls within half the entries' typical gap, or seqs that do not rise with the calls)."""
-    created = mine["time_created_ns"].to_numpy() if "time_created_ns" in mine.columns else None
-    if created is None or mine["time_created_ns"].null_count() or len(created) < 2:
+    """Each call's seq from an entry of the same op created near its enqueue, each entry used once, the
+    closest pairs first (two calls enqueued together may start in either order on Gloo's worker threads);
+    None where the clocks do not agree (fewer than half the calls within half the entries' typical gap)."""
+    if "time_created_ns" not in mine.columns or mine["time_created_ns"].null_count() or mine.height < 2:
         return None
+    created = mine["time_created_ns"].to_numpy()
     order = np.argsort(created, kind="stable")
     created = created[order]
     gaps = np.diff(created)
@@ -63,19 +69,21 @@ def _by_time(calls: pl.DataFrame, mine: pl.DataFrame, trace: list[tuple[str, int
     launch = calls["launch_ns"] if "launch_ns" in calls.columns else calls["start_ns"]
     enqueue = launch.fill_null(calls["start_ns"]).to_numpy()
     seqs = mine["seq"].to_numpy()[order]
-    kinds = [dump[i] for i in order]
-    out: list[int | None] = []
-    for t, (op, size) in zip(enqueue, trace, strict=True):
+    ops = [dump[i][0] for i in order]
+    pairs = []
+    for k, (t, (op, _)) in enumerate(zip(enqueue, trace, strict=True)):
         at = int(np.searchsorted(created, t))
-        near = [i for i in (at - 1, at) if 0 <= i < len(created)]
-        best = min(near, key=lambda i: abs(int(created[i]) - int(t)))
-        f_op, f_size = kinds[best]
-        same = f_op == op and (size is None or f_size is None or size == f_size)
-        out.append(int(seqs[best]) if same and abs(int(created[best]) - int(t)) <= tol else None)
-    got = [x for x in out if x is not None]
-    if 2 * len(got) < len(out) or any(b <= a for a, b in zip(got, got[1:], strict=False)):
-        return None
-    return out
+        for j in range(max(0, at - 3), min(len(created), at + 3)):
+            delta = abs(int(created[j]) - int(t))
+            if ops[j] == op and delta <= tol:
+                pairs.append((delta, k, j))
+    out: list[int | None] = [None] * len(trace)
+    used: set[int] = set()
+    for _, k, j in sorted(pairs):
+        if out[k] is None and j not in used:
+            out[k] = int(seqs[j])
+            used.add(j)
+    return out if 2 * sum(x is not None for x in out) >= len(out) else None
 
 
 def seq_from_flight_recorder(collectives: pl.DataFrame, dumps: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -92,7 +100,7 @@ def seq_from_flight_recorder(collectives: pl.DataFrame, dumps: pl.DataFrame) -> 
                            & ~pl.col("is_p2p").fill_null(False)).sort("rank", "pg", "seq")
     by_group = {(int(r), str(pg)): g for (r, pg), g in entries.partition_by("rank", "pg", as_dict=True).items()}
     sizes = "bytes" in missing.columns
-    assigned: list[dict[str, int]] = []
+    assigned: list[dict[str, Any]] = []
     left = 0
     for (rank, pg), calls in missing.sort("rank", "pg", "start_ns", "call").partition_by(
             "rank", "pg", as_dict=True).items():
@@ -108,11 +116,20 @@ def seq_from_flight_recorder(collectives: pl.DataFrame, dumps: pl.DataFrame) -> 
             at = _alignment(trace, dump) if len(dump) >= len(trace) else None
             seqs = mine["seq"].to_list()[at:at + calls.height] if at is not None else [None] * calls.height
         left += sum(1 for x in seqs if x is None)
-        assigned += [{"rank": int(rank), "call": int(c), "_fr_seq": int(x)}
+        assigned += [{"rank": int(rank), "pg": str(pg), "call": int(c), "_fr_seq": int(x)}
                      for c, x in zip(calls["call"].to_list(), seqs, strict=True) if x is not None]
     warnings = []
     if assigned:
-        fill = pl.DataFrame(assigned, schema={"rank": pl.Int64, "call": pl.Int64, "_fr_seq": pl.Int64})
+        fill = pl.DataFrame(assigned, schema={"rank": pl.Int64, "pg": pl.String, "call": pl.Int64,
+                                              "_fr_seq": pl.Int64})
+        # a seq is kept only where every rank with seq-less calls in the group got it: a call given a seq on
+        # some ranks only would match nothing, and the calls left to order matching must be the same on all
+        members = missing.group_by("pg").agg(pl.col("rank").n_unique().alias("_members"))
+        whole = (fill.join(members, on="pg").filter(pl.col("rank").n_unique().over("pg", "_fr_seq")
+                                                    == pl.col("_members")).drop("pg", "_members"))
+        left += fill.height - whole.height
+        fill, assigned = whole, whole.to_dicts()
+    if assigned:
         collectives = (collectives.join(fill.cast({"rank": collectives["rank"].dtype,
                                                    "call": collectives["call"].dtype}),
                                         on=["rank", "call"], how="left")

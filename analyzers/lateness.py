@@ -16,12 +16,12 @@ classified):
   step); **jitter** = the median over steps of the largest lateness among the others.
 
 The second witness is the rank's own **work per step**: its compute, copies and idle time with none of its
-own communication in flight (:func:`rank_work`), compared with the median of the other traced ranks in the
-same step. A rank its peers wait for because it has more to do (or a slower device, or a
-stalled loader) shows more work step after step; a rank that only looks late next to a fast partner, or
-that the OS kept behind once, does not. **work chance**: the probability of an excess over the steps this
-consistent by luck (one-sided Wilcoxon signed-rank test on the per-step excess, exact up to 60 steps),
-times the ranks compared.
+own communication in flight (:func:`rank_work`), compared with the median of the group's other members in
+the same step (of every other traced rank for a group of two). A rank its peers wait for because it has
+more to do (or a slower device, or a stalled loader) shows more work step after step; a rank that only
+looks late next to a fast partner, or that the OS kept behind once, does not. **work chance**: the
+probability of an excess over the steps this consistent by luck (one-sided Wilcoxon signed-rank test on
+the per-step excess, exact up to 60 steps), times the ranks compared.
 
 A rank is a straggler when its lateness per step is positive, its work is not below the others' (when
 known), and either the lateness is consistent (last in most steps, chance at most ``MAX_CHANCE``, lateness
@@ -132,12 +132,19 @@ def rank_work(steps: pl.DataFrame) -> pl.DataFrame:
 Evidence = tuple[float | None, int, int, float | None]
 
 
-def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None) -> Evidence:
+MIN_PEERS = 3  # a group this large is its own reference for work; a pair is compared with every traced rank
+
+
+def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, members: list[int]) -> Evidence:
     """(median excess over the other ranks' median, steps above, steps compared, chance by luck) of one
-    rank's work in the judged steps; None where no step has its work and another rank's."""
+    rank's work in the judged steps; None where no step has its work and another rank's. The others are
+    the group's members (they do the same work: one pipeline stage's TP group, one DP group), or every traced
+    rank for a group of two, where the partner alone cannot tell a slow rank from a fast partner."""
     if work is None or work.height == 0:
         return None, 0, 0, None
     w = work.filter(pl.col("step").is_in(steps))
+    if len(members) >= MIN_PEERS:
+        w = w.filter(pl.col("rank").is_in(members))
     mine = dict(w.filter(pl.col("rank") == rank).select("step", "work_ns").iter_rows())
     others = w.filter(pl.col("rank") != rank).group_by("step").agg(pl.col("work_ns").median().alias("m"),
                                                                      pl.len().alias("k"))
@@ -210,7 +217,7 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
     for _, owner in sorted(((v, i) for i in range(m) for v in table[i] if v > 0), key=lambda t: -t[0])[:n]:
         tops[owner] += 1
     excess = [float(np.median(table[i] - np.median(np.delete(table, i, axis=0), axis=0))) for i in range(m)]
-    evidence = [_work_evidence(r, steps, work) for r in ranks]
+    evidence = [_work_evidence(r, steps, work, ranks) for r in ranks]
     best = max(range(m), key=lambda i: (tops[i], excess[i]))
     picks = [best] if table[best].max() > 0 else []
     worker = max(range(m), key=lambda i: (evidence[i][1], evidence[i][0] or 0.0))

@@ -198,3 +198,15 @@ def test_too_few_steps_give_no_work_witness() -> None:
     (x,) = lateness.late_ranks(_calls(late), "test", work)
     assert x.work_chance is None and x.work_excess_ns == pytest.approx(30e6)
     assert lateness.is_straggler(x, step_ns=200e6) and lateness.max_severity(x) == "high"
+
+
+def test_work_is_compared_within_the_group_so_a_heavier_pipeline_stage_is_not_a_straggler() -> None:
+    # ranks 0-3 are one TP group of a heavier pipeline stage (80 ms of work), ranks 4-7 the lighter stage (50);
+    # rank 1 is last at the group's calls now and then by a little: within its group its work is not above
+    late = [[0.5 if r == (1 if step % 2 else step % 4) else 0.0 for r in range(4)] for step in range(10)]
+    work = _work({r: [(80.0 if r < 4 else 50.0) + (step % 3) * (1 if r != 1 else -1) for step in range(10)]
+                  for r in range(8)})
+    xs = {x.rank: x for x in lateness.late_ranks(_calls(late), "test", work)}
+    x = xs[1]
+    assert x.work_excess_ns is not None and x.work_excess_ns <= 0  # against the world it would be +30 ms
+    assert not lateness.is_straggler(x, step_ns=200e6)

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sqlite3
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,31 @@ def test_synth_writes_nsys_exports_from_the_cli(tmp_path: Path, cli: Cli) -> Non
     report = json.loads(cli("analyze", str(out), "--format", "json").stdout)
     assert report["run"]["sources"] == {"nsys": [0, 1, 2, 3]}
     assert {g["tier"] for g in report["process_groups"]} >= {"nvlink", "ib"}  # the NCCL logs still map
+
+
+def test_damaged_schema_text_is_a_one_line_error(tmp_path: Path, cli: Cli) -> None:
+    # found by `make fuzz`: bytes that are not UTF-8 written into the schema page made sqlite3's error text
+    # undecodable, and a UnicodeDecodeError came out as an internal error
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fuzz_other_inputs import apply_nsys, nsys_export
+
+    export = nsys_export(tmp_path)
+    apply_nsys(export, ("bytes", [(0.06517412185979171, b")[\xabt\x08\xce\xa7\xc1"),
+                                  (0.2724577524342382, b"\x86v;@l\xbcd\xd1")]))
+    result = cli("analyze", str(tmp_path))
+    assert result.exit_code == 2
+    assert "damaged text in the database (not UTF-8)" in result.output and "rank0.sqlite" in result.output
+    assert "UnicodeDecodeError" not in result.output
+
+
+def test_text_that_is_not_utf8_is_read_not_a_traceback(tmp_path: Path, cli: Cli) -> None:
+    # every string of the export's string table replaced by bytes that are not UTF-8: read with U+FFFD
+    out = _synth(cli, tmp_path / "n", "--write-as", "nsys")
+    export = sorted(out.rglob("*.sqlite"))[0]
+    con = sqlite3.connect(export)
+    con.execute("UPDATE StringIds SET value = CAST(X'5bab7408cea7c1' AS TEXT)")
+    con.commit()
+    con.close()
+    result = cli("analyze", str(out), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["ranks"]

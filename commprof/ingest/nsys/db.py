@@ -54,8 +54,9 @@ class Export:
             cur = self.con.execute(sql, params)
             while batch := cur.fetchmany(FETCH_ROWS):
                 yield batch
-        except sqlite3.DatabaseError as err:
-            raise NsysExportError(f"SQLite error while reading the export ({err})", self.path) from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:
+            # a damaged page can put bytes that are not UTF-8 in SQLite's own error text
+            raise NsysExportError(f"SQLite error while reading the export ({_said(err)})", self.path) from None
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return [row for batch in self.rows(sql, params) for row in batch]
@@ -71,18 +72,27 @@ class Export:
         self.con.close()
 
 
+def _said(err: Exception) -> str:
+    """SQLite's complaint in words; a UnicodeDecodeError is SQLite's message about damaged bytes that Python
+    could not decode (its schema text is not UTF-8)."""
+    return "damaged text in the database (not UTF-8)" if isinstance(err, UnicodeDecodeError) else str(err)
+
+
 def open_export(path: Path) -> Export:
     """Open read-only (URI ``mode=ro``, ``immutable=1``: no lock taken, no journal written, the user's file
     is never changed) and read the schema. Raises NsysExportError on a file SQLite cannot read."""
     uri = f"file:{quote(str(path.absolute()))}?mode=ro&immutable=1"
     try:
         con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        # text that is not UTF-8 (a damaged file, a string table from another tool) is read with U+FFFD,
+        # never a UnicodeDecodeError in the middle of a query
+        con.text_factory = lambda raw: raw.decode("utf-8", "replace")
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         columns = {}
         for name in names:
             if not name.replace("_", "").isalnum():
                 continue  # a table name we would have to quote is none of nsys's
             columns[name] = frozenset(str(r[1]) for r in con.execute(f'PRAGMA table_info("{name}")'))
-    except sqlite3.DatabaseError as err:
-        raise NsysExportError(f"not a readable SQLite database ({err})", path) from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as err:
+        raise NsysExportError(f"not a readable SQLite database ({_said(err)})", path) from None
     return Export(con, path, columns)

@@ -90,7 +90,8 @@ def straggler_lateness(c: Ctx) -> list[lateness.Late]:
     traced = int(c.a.ranks.height)
     judged, scope = lateness.judged_calls(c.calls, c.doubtful, traced, c.a.facts.world_size)
     work = lateness.rank_work(c.a.steps.filter(~pl.col("rank").is_in(list(c.doubtful))))
-    found = [x for x in lateness.late_ranks(judged, scope, work) if lateness.is_straggler(x, c.step_ns)]
+    stage_of = lateness.pipeline_stages(c.a.process_groups)
+    found = [x for x in lateness.late_ranks(judged, scope, work, stage_of) if lateness.is_straggler(x, c.step_ns)]
     best: dict[str, lateness.Late] = {}
     for x in found:  # one straggler per group: the one its peers wait for longest
         if x.pg not in best or x.late_ns > best[x.pg].late_ns:

@@ -135,16 +135,21 @@ Evidence = tuple[float | None, int, int, float | None]
 MIN_PEERS = 3  # a group this large is its own reference for work; a pair is compared with every traced rank
 
 
-def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, members: list[int]) -> Evidence:
+def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, members: list[int],
+                   stage_of: dict[int, int] | None = None) -> Evidence:
     """(median excess over the other ranks' median, steps above, steps compared, chance by luck) of one
     rank's work in the judged steps; None where no step has its work and another rank's. The others are
     the group's members (they do the same work: one pipeline stage's TP group, one DP group), or every traced
-    rank for a group of two, where the partner alone cannot tell a slow rank from a fast partner."""
+    rank for a group of two, where the partner alone cannot tell a slow rank from a fast partner; in both
+    cases only the ranks of its own pipeline stage (``stage_of``): another stage holds other layers."""
     if work is None or work.height == 0:
         return None, 0, 0, None
     w = work.filter(pl.col("step").is_in(steps))
     if len(members) >= MIN_PEERS:
         w = w.filter(pl.col("rank").is_in(members))
+    if stage_of:
+        mine_stage = stage_of.get(rank)
+        w = w.filter(pl.col("rank").is_in([r for r in w["rank"].unique().to_list() if stage_of.get(r) == mine_stage]))
     mine = dict(w.filter(pl.col("rank") == rank).select("step", "work_ns").iter_rows())
     others = w.filter(pl.col("rank") != rank).group_by("step").agg(pl.col("work_ns").median().alias("m"),
                                                                      pl.len().alias("k"))
@@ -201,7 +206,8 @@ def _chance(top: int, n: int, members: int) -> float:
     return min(1.0, members * tail / math.comb(pop, n))
 
 
-def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = None) -> list[Late]:
+def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = None,
+           stage_of: dict[int, int] | None = None) -> list[Late]:
     """The group's lateness candidate, and the rank with the most consistent excess work if that is another
     rank the others also wait for (each with both witnesses' figures)."""
     ranks = sorted(set(grid["rank"].to_list()))
@@ -217,7 +223,7 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
     for _, owner in sorted(((v, i) for i in range(m) for v in table[i] if v > 0), key=lambda t: -t[0])[:n]:
         tops[owner] += 1
     excess = [float(np.median(table[i] - np.median(np.delete(table, i, axis=0), axis=0))) for i in range(m)]
-    evidence = [_work_evidence(r, steps, work, ranks) for r in ranks]
+    evidence = [_work_evidence(r, steps, work, ranks, stage_of) for r in ranks]
     best = max(range(m), key=lambda i: (tops[i], excess[i]))
     picks = [best] if table[best].max() > 0 else []
     worker = max(range(m), key=lambda i: (evidence[i][1], evidence[i][0] or 0.0))
@@ -238,14 +244,29 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
     return out
 
 
-def late_ranks(judged: pl.DataFrame, scope: str, work: pl.DataFrame | None = None) -> list[Late]:
+def late_ranks(judged: pl.DataFrame, scope: str, work: pl.DataFrame | None = None,
+               stage_of: dict[int, int] | None = None) -> list[Late]:
     """The candidates of every group, straggler or not (:func:`is_straggler` decides). ``work``: rank, step,
-    work_ns (:func:`rank_work`), the second witness; without it lateness alone is judged."""
+    work_ns (:func:`rank_work`), the second witness; without it lateness alone is judged. ``stage_of``:
+    each rank's pipeline stage (:func:`pipeline_stages`), work being compared within a stage."""
     if judged.height == 0:
         return []
     grid = step_lateness(judged)
-    out = [x for (pg,), g in grid.partition_by("pg", as_dict=True).items() for x in _judge(str(pg), g, scope, work)]
+    out = [x for (pg,), g in grid.partition_by("pg", as_dict=True).items()
+           for x in _judge(str(pg), g, scope, work, stage_of)]
     return sorted(out, key=lambda x: -x.late_ns)
+
+
+def pipeline_stages(process_groups: pl.DataFrame) -> dict[int, int]:
+    """rank -> its pipeline stage: its place in its pp group (ranks in stage order, as every framework
+    builds them). Empty without a pp dimension: every rank then does the same work."""
+    if process_groups.height == 0 or not {"dimension", "ranks"} <= set(process_groups.columns):
+        return {}
+    out: dict[int, int] = {}
+    for ranks in process_groups.filter(pl.col("dimension") == "pp")["ranks"].to_list():
+        for stage, r in enumerate(sorted(ranks or ())):
+            out.setdefault(int(r), stage)
+    return out
 
 
 def max_severity(x: Late) -> str:

@@ -35,6 +35,8 @@ FAULTS = {
     "mismatch": "a world broadcast where rank MISMATCH_RANK receives into a buffer twice the root's size",
     "tp_megatron": "tp=2 x dp=2: Megatron MLP blocks, TP all-reduce inside a torch.autograd.Function",
     "ddp_async": "DDP with many small buckets: async bucket all-reduces on Gloo's worker threads",
+    "pp_uneven": "pp=2 x dp=2: GPipe over PP_MICRO micro-batches (send/recv between stages), stage 1 holds "
+                 "PP_LAST_SHARE of the blocks plus the loss, DP all-reduce after the flush",
 }
 SLOW_RANK = 2
 SLOW_S = 0.030
@@ -42,6 +44,9 @@ HOT_RANK = 1
 HOT_SHARE = 0.7  # of every rank's tokens go to HOT_RANK in uneven_alltoall
 MISMATCH_RANK = 3
 BROADCAST_NUMEL = 64 * 1024
+PP_MICRO = 4
+PP_FIX_FACTOR = 4  # analyzers/findings_rules.MICRO_BATCH_FACTOR: the pipeline_bubble finding's proposal
+PP_LAST_SHARE = 0.625  # of the blocks on the last stage (5 of 8): both of its ranks do more work per step
 
 
 def parse() -> argparse.Namespace:
@@ -125,6 +130,35 @@ def megatron_mlp(hidden: int, layers: int, tp_group: Any) -> Any:
 
     model = nn.Sequential(*[Block() for _ in range(layers // 2)])
     return model, state
+
+
+def pipeline_step(stages: Any, x: Any, pp_group: Any, stage: int, peer: int, micro: int) -> None:
+    """One GPipe step over two stages: every micro-batch's forward (stage 0 sends its activations to its
+    peer on stage 1, which finishes the forward and takes the loss), then every backward (stage 1 sends the
+    activations' gradients back). Blocking send/recv on the PP group, as a simple pipeline schedule does."""
+    import torch
+    import torch.distributed as dist
+
+    kept = []
+    for mb in x.chunk(micro):
+        if stage == 0:
+            out = stages(mb)
+            dist.send(out.detach().contiguous(), dst=peer, group=pp_group)
+            kept.append(out)
+        else:
+            act = torch.empty_like(mb)
+            dist.recv(act, src=peer, group=pp_group)
+            act.requires_grad_(True)
+            kept.append((act, stages(act).square().mean()))
+    for item in kept:
+        if stage == 0:
+            grad = torch.empty_like(item)
+            dist.recv(grad, src=peer, group=pp_group)
+            item.backward(grad)
+        else:
+            act, loss = item
+            loss.backward()
+            dist.send(act.grad.contiguous(), dst=peer, group=pp_group)
 
 
 def flat_all_reduce(params: list[Any], group: Any) -> None:
@@ -216,7 +250,17 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
     # the experts' all-to-all has its own group, as in MoE frameworks (an "ep" group over the world)
     ep_group = dist.new_group(list(range(world))) if fault.endswith("alltoall") else None
     bucket_mb = 0.25 if fault == "ddp_async" else 2.0
-    ddp = DistributedDataParallel(model, process_group=dp_group, bucket_cap_mb=bucket_mb)
+    if fault == "pp_uneven":  # mesh (pp, dp): ranks 0,1 are stage 0, ranks 2,3 stage 1; peer = rank +- 2
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("pp", "dp"))
+        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
+        stage, last = mesh.get_local_rank("pp"), round(args.layers * PP_LAST_SHARE)
+        model = mlp(args.hidden, last if stage == 1 else args.layers - last)
+        peer = rank + world // 2 if stage == 0 else rank - world // 2
+    # the pipeline syncs its gradients itself after the flush (DDP expects one forward per backward)
+    ddp = model if fault == "pp_uneven" else DistributedDataParallel(model, process_group=dp_group,
+                                                                     bucket_cap_mb=bucket_mb)
     params = [p for p in ddp.parameters() if p.requires_grad]
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
     torch.manual_seed(rank)
@@ -230,6 +274,15 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
         if fault == "tp_megatron":
             tp_state["comm"] = on
         sync = grad_sync(fault, on, args.ab)
+        if fault == "pp_uneven":
+            # the A/B: odd iterations as recorded, even ones with the fix the bubble finding proposes
+            # (MICRO_BATCH_FACTOR x the micro-batches at the same global batch)
+            pipeline_step(model, x, pp_group, stage, peer, PP_MICRO if on else PP_MICRO * PP_FIX_FACTOR)
+            flat_all_reduce(params, dp_group)  # the DP sync after the pipeline's flush
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            stamps.append(time.perf_counter_ns())
+            continue
         with ddp.no_sync() if sync != "ddp" else contextlib.nullcontext():
             out = ddp(x)
             if fault in ("uneven_alltoall", "clean_alltoall"):

@@ -49,6 +49,7 @@ class Expect:
     quiet: bool = False
     saving_from: str | None = "finding"
     max_hidden_pct: tuple[str, float] | None = None
+    forbid: tuple[str, ...] = ()  # finding kinds that must not be above info (a false blame beside the fault)
     note: str = ""
 
 
@@ -72,6 +73,9 @@ EXPECT: dict[str, Expect] = {e.fault: e for e in (
            note="a clean tp=2 x dp=2 job: quiet; every TP call blocks (hidden <= 10 %); TP exposed ~ A/B cost"),
     Expect("ddp_async", quiet=True, saving_from="dim:dp",
            note="DDP with many buckets on Gloo's worker threads: no desync, nothing above info"),
+    Expect("pp_uneven", kinds=("pipeline_bubble",), dimension="pp", forbid=("straggler", "desync"),
+           note="pp=2 x dp=2, 4 micro-batches, stage 1 holds 5 of 8 blocks: a pipeline bubble on pp, and no rank "
+                "of the heavier stage blamed as a straggler; A/B twin: 16 micro-batches (the finding's proposal)"),
 )}
 
 
@@ -200,6 +204,8 @@ def judge(fault: str, report: dict[str, Any]) -> Verdict:
     else:
         kinds = [f for f in findings if f["id"] in e.kinds]
         v.others = [f"{f['id']} {f['severity']}" for f in loud if f["id"] not in e.kinds]
+        v.problems += [f"false {f['id']} [{f['severity']}] ranks {f.get('ranks')}" for f in loud
+                       if f["id"] in e.forbid]
         naming = [f for f in kinds if not _names_it(f, e, report)]
         v.named = bool(naming)
         if not kinds:

@@ -2,6 +2,7 @@
 
     python tests/zoo/zoo.py [--reps 3] [--ab-runs 2] [--ab-steps 40] [--faults a,b] [--out DIR]
     python tests/zoo/zoo.py --reanalyze DIR     # judge DIR's recordings again with this checkout's analysis
+                                                # (into DIR/calibration-reanalyzed.md, results-reanalyzed.json)
 
 Every case of zoolib.EXPECT is recorded ``--reps`` times with its fault on every iteration and judged;
 every case with an A/B (zoolib.Expect.saving_from) runs its ``--ab`` job ``--ab-runs`` times. The table
@@ -51,7 +52,7 @@ def judge_dir(run_dir: Path, fault: str, rep: int) -> dict[str, Any]:
     v = zoolib.judge(fault, report)
     return {"fault": fault, "rep": rep, "run_dir": str(run_dir), "ok": v.ok, "named": v.named,
             "false_alarms": v.false_alarms, "others": v.others, "estimate_ms": v.estimate_ms,
-            "estimate_model": v.estimate_model,
+            "estimate_model": v.estimate_model, "estimate_low_ms": v.estimate_low_ms,
             "problems": v.problems, "findings": v.findings,
             "step_ms": report["totals"]["step_ns"] / 1e6,
             "exposed_pct": report["totals"]["exposed_comm_pct_of_step"],
@@ -80,14 +81,16 @@ def table(rows: list[dict[str, Any]], ab: dict[str, list[float]]) -> str:
         est = statistics.median(ests) if ests else None
         costs = ab.get(fault, [])
         model = next((r["estimate_model"] for r in mine if r["estimate_model"]), "")
-        verdict = zoolib.saving_verdict(est, model, costs) if costs else (
+        lows = [r["estimate_low_ms"] for r in mine if r.get("estimate_low_ms") is not None]
+        low = statistics.median(lows) if lows else None
+        verdict = zoolib.saving_verdict(est, model, costs, low) if costs else (
             "-" if e.quiet else f"not estimated ({model})" if model else "no finding")
         ratio = f"{est / statistics.median(costs):.2f}" if est is not None and costs and statistics.median(
             costs) > 0 else "-"
+        shown = "-" if est is None else f"{est:.1f}" + ("" if low is None else f" (transfer {low:.1f})")
         lines.append(f"| {fault} | {'/'.join(e.kinds) or 'quiet'} | {named}/{len(mine)} | "
                      f"{sum(bool(r['false_alarms'] or r.get('others')) for r in mine)}/{len(mine)} "
-                     f"{', '.join(alarms)} | "
-                     f"{'-' if est is None else f'{est:.1f}'} | {', '.join(f'{c:.1f}' for c in costs) or '-'} | "
+                     f"{', '.join(alarms)} | {shown} | {', '.join(f'{c:.1f}' for c in costs) or '-'} | "
                      f"{ratio} | {verdict} |")
     quiet = [r for r in rows if zoolib.EXPECT[r["fault"]].quiet]
     rules = sorted({a.split()[0] for r in quiet for a in r["false_alarms"]})
@@ -123,10 +126,12 @@ def main() -> None:
     text = table(rows, ab)
     header = (f"Fault zoo: {len(rows)} recorded runs, 4 ranks Gloo on CPU, `python tests/zoo/zoo.py "
               f"{' '.join(sys.argv[1:])}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n")
-    (out / "calibration.md").write_text(header + text + "\n")
-    (out / "results.json").write_text(json.dumps({"rows": rows, "ab_ms": ab}, indent=1))
+    # a re-judgement keeps the recording's own files (its results.json lists every run to re-judge)
+    suffix = "-reanalyzed" if args.reanalyze else ""
+    (out / f"calibration{suffix}.md").write_text(header + text + "\n")
+    (out / f"results{suffix}.json").write_text(json.dumps({"rows": rows, "ab_ms": ab}, indent=1))
     print(header + text)
-    print(f"\nzoo: written to {out}/calibration.md and {out}/results.json")
+    print(f"\nzoo: written to {out}/calibration{suffix}.md and {out}/results{suffix}.json")
 
 
 if __name__ == "__main__":

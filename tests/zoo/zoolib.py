@@ -152,6 +152,8 @@ class Verdict:
     false_alarms: list[str]  # findings above info on a clean configuration: "id severity"
     estimate_ms: float | None  # what commprof's saving (or dimension exposure) says per step
     estimate_model: str
+    # a dimension's exposure: its transfer part, the least that removing the calls saves (see saving_verdict)
+    estimate_low_ms: float | None = None
     problems: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)  # every finding, "id severity saving ms ranks pgs"
     others: list[str] = field(default_factory=list)  # on a fault case: findings above info of other kinds
@@ -219,11 +221,12 @@ def judge(fault: str, report: dict[str, Any]) -> Verdict:
             v.estimate_ms = best.get("saving_ns_per_step", 0) / 1e6 if estimated else None
     if e.saving_from and e.saving_from.startswith("dim:"):
         dim = _dimension(report, e.saving_from[4:])
-        v.estimate_model = f"{e.saving_from[4:]} exposed per step"
+        v.estimate_model = f"{e.saving_from[4:]} exposed per step (its transfer part .. transfer + wait)"
         if dim is None:
             v.problems.append(f"no {e.saving_from[4:]} dimension in the report")
         else:
             v.estimate_ms = dim["exposed_ns_per_step"] / 1e6
+            v.estimate_low_ms = dim["exposed_transfer_ns_per_step"] / 1e6
     if e.max_hidden_pct:
         name, bound = e.max_hidden_pct
         dim = _dimension(report, name)
@@ -234,14 +237,22 @@ def judge(fault: str, report: dict[str, Any]) -> Verdict:
     return v
 
 
-def saving_verdict(estimate_ms: float | None, model: str, costs_ms: list[float]) -> str:
-    """The estimate against the A/B costs: 'ok', 'not estimated (...)', 'outside band', or 'not measurable'."""
+def saving_verdict(estimate_ms: float | None, model: str, costs_ms: list[float], low_ms: float | None = None) -> str:
+    """The estimate against the A/B costs: 'ok', 'not estimated (...)', 'outside band', or 'not measurable'.
+    With ``low_ms`` the estimate is a range (a dimension's exposure): removing the calls saves at least their
+    exposed transfer, and their exposed wait only where it is the sync's own cost (many sync points a step,
+    each waiting for whichever rank is behind at that moment), not where it is one rank's steady lateness,
+    which moves to the next sync when the calls go; the A/B cost must then fall inside the range, widened by
+    SAVING_BAND."""
     if estimate_ms is None:
         return f"not estimated ({model})" if model else "no estimate (no finding)"
     cost = statistics.median(costs_ms)
     spread = max(costs_ms) - min(costs_ms)
     if cost <= 0 or spread > cost:
         return f"not measurable (A/B {', '.join(f'{c:.1f}' for c in costs_ms)} ms: noise >= effect)"
-    ratio = estimate_ms / cost
     low, high = SAVING_BAND
+    if low_ms is not None:
+        inside = low * low_ms <= cost <= high * estimate_ms
+        return f"{'ok' if inside else 'outside band'} (A/B {cost:.1f} vs transfer {low_ms:.1f} .. {estimate_ms:.1f})"
+    ratio = estimate_ms / cost
     return f"{'ok' if low <= ratio <= high else 'outside band'} ({ratio:.2f}x)"

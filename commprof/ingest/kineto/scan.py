@@ -16,6 +16,7 @@ from commprof.ingest.kineto.comm import INT64_LIMIT, as_int
 from commprof.ingest.kineto.decode import NULL, Args, Event, decode_args, decode_correlation
 from commprof.ingest.kineto.rows import BATCH, Codes, Rows
 from commprof.ingest.kineto.rows import flush as flush_rows
+from commprof.ingest.kineto.rows import release_free_memory
 
 
 def _strip_raw(args: Args) -> Args:
@@ -189,8 +190,10 @@ class Scan:
         """After the last piece: every pending row into the columns."""
         tables = (self.dev, self.cpu, self.launch)
         flush_rows(tables)
+        release_free_memory()
         for table in tables:
             table.finish()
+        release_free_memory()  # the chunks the columns were joined from
 
     def _kernel_kind(self, name: str) -> int:
         if "Memcpy" in name or "Memset" in name:

@@ -79,6 +79,9 @@ def analyze_rows(trace: Path, repeat: int, hta_python: Path | None) -> list[dict
     """Cold and warm whole-process ``analyze`` against HTA and the floor, interleaved."""
     py = sys.executable
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's install has its .pyc files: compiling is not the work
+    with tempfile.TemporaryDirectory(prefix="bench-kineto-") as scratch:  # writes them, pages the libraries in
+        wall([py, "-m", "commprof", "analyze", str(trace)], {**env, "COMMPROF_CACHE_DIR": scratch})
     times: dict[str, list[float]] = {"cold": [], "warm": [], "floor": [], "imports": [], "hta": []}
     for i in range(repeat):
         with tempfile.TemporaryDirectory(prefix="bench-kineto-") as scratch:

@@ -105,12 +105,8 @@ class Scan:
     def add(self, events: list[Event]) -> None:
         categories, category = self.categories, _category
         kernel_kinds, cpu_roles, launch_names = self.kernel_kinds, self.cpu_roles, self.launch_names
-        dev, cpu, launch = self.dev.pending, self.cpu.pending, self.launch.pending
-        d_ts, d_dur, d_name, d_lane = dev["ts"].append, dev["dur"].append, dev["name"].append, dev["lane"].append
-        d_kind, d_corr = dev["kind"].append, dev["corr"].append
-        c_ts, c_dur, c_name, c_cat = cpu["ts"].append, cpu["dur"].append, cpu["name"].append, cpu["cat"].append
-        c_pid, c_tid = cpu["pid"].append, cpu["tid"].append
-        l_ts, l_corr, l_tid = launch["ts"].append, launch["corr"].append, launch["tid"].append
+        # one tuple a row, in each table's column order (Scan's field defaults: times, then ints)
+        dev_row, cpu_row, launch_row = self.dev.pending.append, self.cpu.pending.append, self.launch.pending.append
         dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
         for ev in events:
             if ev.ph != "X":
@@ -138,12 +134,7 @@ class Scan:
                         self.comm_args_by_external_id[ext] = _strip_raw(args)
                 else:
                     self.step_rows.append(len(self.cpu))
-                c_pid(pids[ev.pid])
-                c_tid(tids[ev.tid])
-                c_name(cpu_names[name])
-                c_cat(cats[ev.cat])
-                c_ts(ev.ts)
-                c_dur(ev.dur)
+                cpu_row((ev.ts, ev.dur, pids[ev.pid], tids[ev.tid], cpu_names[name], cats[ev.cat]))
             elif kind == _RUNTIME:
                 launches = launch_names.get(ev.name)
                 if launches is None:
@@ -151,9 +142,7 @@ class Scan:
                 if launches:
                     corr = decode_correlation(ev.args)
                     if corr is not None and ev.ts is not None:
-                        l_corr(corr)
-                        l_ts(ev.ts)
-                        l_tid(tids[ev.tid])
+                        launch_row((ev.ts, corr, tids[ev.tid]))
             elif kind != _SKIP:
                 args = decode_args(ev.args)
                 if ev.ts is None or ev.dur is None or args is None or args.stream is None:
@@ -177,12 +166,7 @@ class Scan:
                 if type(dev_corr) is not int or not -INT64_LIMIT <= dev_corr < INT64_LIMIT:
                     read = as_int(dev_corr)  # missing, floats: rare writers
                     dev_corr = -1 if read is None else read
-                d_name(dev_names[name])
-                d_lane(lane)
-                d_kind(row_kind)
-                d_corr(dev_corr)
-                d_ts(ev.ts)
-                d_dur(ev.dur)
+                dev_row((ev.ts, ev.dur, dev_names[name], lane, row_kind, dev_corr))
         if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
             flush_rows((self.dev, self.cpu, self.launch))
 

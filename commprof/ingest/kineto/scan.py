@@ -14,9 +14,8 @@ import numpy as np
 from commprof.ingest.common import names
 from commprof.ingest.kineto.comm import INT64_LIMIT, as_int
 from commprof.ingest.kineto.decode import NULL, Args, Event, decode_args, decode_correlation
-from commprof.ingest.kineto.rows import BATCH, Codes, Rows
+from commprof.ingest.kineto.rows import BATCH, Codes, Rows, release_free_memory
 from commprof.ingest.kineto.rows import flush as flush_rows
-from commprof.ingest.kineto.rows import release_free_memory
 
 
 def _strip_raw(args: Args) -> Args:

@@ -89,10 +89,9 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     out = [f"{key} differs" for key in ("rc", "report", "stderr") if a[key] != b[key]]
     if a["tables"].keys() != b["tables"].keys():
         out.append(f"table files differ: {sorted(a['tables'].keys() ^ b['tables'].keys())[:4]}")
-    for name in a["tables"].keys() & b["tables"].keys():
-        if not a["tables"][name].equals(b["tables"][name], null_equal=True) or \
-                a["tables"][name].schema != b["tables"][name].schema:
-            out.append(f"table {name} differs")
+    old, new = a["tables"], b["tables"]
+    out += [f"table {name} differs" for name in sorted(old.keys() & new.keys())
+            if old[name].schema != new[name].schema or not old[name].equals(new[name], null_equal=True)]
     return out
 
 

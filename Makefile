@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest zoo bench bench-dashboard install clean bench-record bench-synth bench-scale fuzz
+.PHONY: demo test lint pytest zoo bench bench-kineto bench-dashboard install clean bench-record bench-synth bench-scale fuzz
 
 $(STAMP): pyproject.toml tools/setup_venv.py
 	@# torch: the one $(PYTHON) has, else a wheel on this machine, else the CPU-only build (never PyPI's
@@ -53,6 +53,12 @@ bench: $(STAMP)  # vs HTA on the same files, nsys exports vs a bare SQL scan, th
 	$(BIN)/python bench/bench_ingest.py
 	$(BIN)/python bench/bench_nsys.py $(BENCH_NSYS_ARGS)
 	$(BIN)/python bench/bench_versions.py --base $(BENCH_BASE) $(BENCH_VERSIONS_ARGS)
+	$(BIN)/python bench/bench_kineto.py $(BENCH_KINETO_ARGS)
+	$(BIN)/python bench/summary.py
+
+bench-kineto: $(STAMP)  # issue 24's Kineto rows: cold/warm analyze vs HTA, ingest MB/s per core, peak RSS of a 0.5 GB trace
+	$(BIN)/python bench/bench_kineto.py $(BENCH_KINETO_ARGS)
+	$(BIN)/python bench/summary.py
 
 bench-versions: $(STAMP)  # HEAD vs BENCH_BASE only (BENCH_VERSIONS_ARGS="--repeat 7")
 	$(BIN)/python bench/bench_versions.py --base $(BENCH_BASE) $(BENCH_VERSIONS_ARGS)

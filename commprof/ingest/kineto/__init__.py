@@ -5,7 +5,21 @@
 collective arguments; ``gloo_calls`` / ``gloo_groups`` attribute Gloo worker ops to their calls and groups.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from commprof.ingest.common.rank_trace import RankTrace, rank_from_file_name
-from commprof.ingest.kineto.reader import extract
+
+if TYPE_CHECKING:
+    from commprof.ingest.kineto.reader import extract
 
 __all__ = ["RankTrace", "extract", "rank_from_file_name"]
+
+
+def __getattr__(name: str) -> Any:
+    """``extract`` on first use: a command that reads cached tables never loads the reader (the
+    store imports ``kineto.stream`` for its error type, which runs this package's ``__init__``)."""
+    if name == "extract":
+        from commprof.ingest.kineto.reader import extract
+
+        return extract
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

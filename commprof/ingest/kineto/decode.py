@@ -60,7 +60,8 @@ class Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = NULL
 
 
-_args_decoder = msgspec.json.Decoder(Args)
+ARGS_DECODER = msgspec.json.Decoder(Args)
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)  # what makes args read as missing
 
 
 class _Correlation(msgspec.Struct, gc=False):
@@ -68,7 +69,7 @@ class _Correlation(msgspec.Struct, gc=False):
     correlation: Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)] | None = None
 
 
-_correlation_decoder = msgspec.json.Decoder(_Correlation)
+CORRELATION_DECODER = msgspec.json.Decoder(_Correlation)
 
 
 def decode_args(raw: msgspec.Raw) -> Args | None:
@@ -76,7 +77,7 @@ def decode_args(raw: msgspec.Raw) -> Args | None:
     if raw is NULL:
         return None
     try:
-        return _args_decoder.decode(raw)
+        return ARGS_DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 
@@ -86,7 +87,7 @@ def decode_correlation(raw: msgspec.Raw) -> int | None:
     if raw is NULL:
         return None
     try:
-        return _correlation_decoder.decode(raw).correlation
+        return CORRELATION_DECODER.decode(raw).correlation
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 

@@ -13,8 +13,16 @@ import numpy as np
 
 from commprof.ingest.common import names
 from commprof.ingest.kineto.comm import INT64_LIMIT, as_int
-from commprof.ingest.kineto.decode import NULL, Args, Event, decode_args, decode_correlation
-from commprof.ingest.kineto.rows import BATCH, Codes, Rows
+from commprof.ingest.kineto.decode import (
+    ARGS_DECODER,
+    CORRELATION_DECODER,
+    DECODE_ERRORS,
+    NULL,
+    Args,
+    Event,
+    decode_args,
+)
+from commprof.ingest.kineto.rows import BATCH, Codes, Rows, release_free_memory
 from commprof.ingest.kineto.rows import flush as flush_rows
 
 
@@ -102,95 +110,105 @@ class Scan:
     bad: Counter[str] = field(default_factory=Counter)  # what the skipped device events were
 
     def add(self, events: list[Event]) -> None:
+        # Runs once per event of every trace: names bound to locals, the decoders called inline (what
+        # decode_args / decode_correlation do, without a Python call per event), each field read once.
         categories, category = self.categories, _category
-        kernel_kinds, cpu_roles, launch_names = self.kernel_kinds, self.cpu_roles, self.launch_names
-        dev, cpu, launch = self.dev.pending, self.cpu.pending, self.launch.pending
-        d_ts, d_dur, d_name, d_lane = dev["ts"].append, dev["dur"].append, dev["name"].append, dev["lane"].append
-        d_kind, d_corr = dev["kind"].append, dev["corr"].append
-        c_ts, c_dur, c_name, c_cat = cpu["ts"].append, cpu["dur"].append, cpu["name"].append, cpu["cat"].append
-        c_pid, c_tid = cpu["pid"].append, cpu["tid"].append
-        l_ts, l_corr, l_tid = launch["ts"].append, launch["corr"].append, launch["tid"].append
+        kernel_kinds, cpu_roles, launch_names, lanes = self.kernel_kinds, self.cpu_roles, self.launch_names, self.lanes
+        # one tuple a row, in each table's column order (Scan's field defaults: times, then ints)
+        dev_row, cpu_row, launch_row = self.dev.pending.append, self.cpu.pending.append, self.launch.pending.append
         dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
+        args_of, correlation_of, null, failed = ARGS_DECODER.decode, CORRELATION_DECODER.decode, NULL, DECODE_ERRORS
+        cpu, runtime, skip, memory, comm, plain = _CPU, _RUNTIME, _SKIP, _MEMORY, _COMM, _PLAIN
+        low, high = -INT64_LIMIT, INT64_LIMIT
         for ev in events:
-            if ev.ph != "X":
-                if ev.ph == "M":
+            ph = ev.ph
+            if ph != "X":
+                if ph == "M":
                     self._metadata(ev, decode_args(ev.args))
                 continue
-            kind = categories.get(ev.cat)
+            cat = ev.cat
+            kind = categories.get(cat)
             if kind is None:
-                kind = categories[ev.cat] = category(ev.cat)
-            if kind == _CPU:
+                kind = categories[cat] = category(cat)
+            if kind == cpu:
                 name = ev.name if type(ev.name) is str else str(ev.name)
                 role = cpu_roles.get(name)
                 if role is None:
                     role = cpu_roles[name] = _cpu_role(name)
-                if role == _PLAIN:
-                    pass
-                elif role == _COMM_OP:
-                    args = decode_args(ev.args)
-                    if args is not None:
-                        self.cpu_comm_args[len(self.cpu)] = _own_raw(args)
-                elif role == _PARAM_COMMS:
-                    args = decode_args(ev.args)
-                    ext = as_int(args.external_id) if args is not None else None
-                    if args is not None and ext is not None:
-                        self.comm_args_by_external_id[ext] = _strip_raw(args)
-                else:
-                    self.step_rows.append(len(self.cpu))
-                c_pid(pids[ev.pid])
-                c_tid(tids[ev.tid])
-                c_name(cpu_names[name])
-                c_cat(cats[ev.cat])
-                c_ts(ev.ts)
-                c_dur(ev.dur)
-            elif kind == _RUNTIME:
+                if role != plain:
+                    self._cpu_args(ev, role)
+                cpu_row((ev.ts, ev.dur, pids[ev.pid], tids[ev.tid], cpu_names[name], cats[cat]))
+            elif kind == runtime:
                 launches = launch_names.get(ev.name)
                 if launches is None:
                     launches = launch_names[ev.name] = _is_launch(ev.name)
-                if launches:
-                    corr = decode_correlation(ev.args)
-                    if corr is not None and ev.ts is not None:
-                        l_corr(corr)
-                        l_ts(ev.ts)
-                        l_tid(tids[ev.tid])
-            elif kind != _SKIP:
-                args = decode_args(ev.args)
-                if ev.ts is None or ev.dur is None or args is None or args.stream is None:
-                    missing = [k for k, v in (("ts", ev.ts), ("dur", ev.dur)) if v is None]
-                    missing += ["args.stream"] if args is None or args.stream is None else []
-                    self.bad[f"{ev.cat} {str(ev.name)[:60]!r} without {'/'.join(missing)}"] += 1
+                raw = ev.args
+                if launches and raw is not null:
+                    try:
+                        corr = correlation_of(raw).correlation
+                    except failed:
+                        continue
+                    ts = ev.ts
+                    if corr is not None and ts is not None:
+                        launch_row((ts, corr, tids[ev.tid]))
+            elif kind != skip:
+                raw, ts, dur = ev.args, ev.ts, ev.dur
+                try:
+                    args = args_of(raw) if raw is not null else None
+                except failed:
+                    args = None
+                if ts is None or dur is None or args is None or args.stream is None:
+                    self._bad(ev, args)
                     continue
                 name = ev.name if type(ev.name) is str else str(ev.name)
-                key = (args.device if args.device is not None else ev.pid, args.stream)
-                lane = self.lanes.get(key)
+                device = args.device
+                key = (device if device is not None else ev.pid, args.stream)
+                lane = lanes.get(key)
                 if lane is None:
                     lane = self._lane(key)
-                if kind == _MEMORY:
+                if kind == memory:
                     row_kind = _MEM
                 else:
                     known = kernel_kinds.get(name)
                     row_kind = known if known is not None else self._kernel_kind(name)
-                if row_kind == _COMM:
+                if row_kind == comm:
                     self.dev_comm_args[len(self.dev)] = _strip_raw(args)
                 dev_corr = args.correlation
-                if type(dev_corr) is not int or not -INT64_LIMIT <= dev_corr < INT64_LIMIT:
+                if type(dev_corr) is not int or not low <= dev_corr < high:
                     read = as_int(dev_corr)  # missing, floats: rare writers
                     dev_corr = -1 if read is None else read
-                d_name(dev_names[name])
-                d_lane(lane)
-                d_kind(row_kind)
-                d_corr(dev_corr)
-                d_ts(ev.ts)
-                d_dur(ev.dur)
+                dev_row((ts, dur, dev_names[name], lane, row_kind, dev_corr))
         if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
             flush_rows((self.dev, self.cpu, self.launch))
+
+    def _cpu_args(self, ev: Event, role: int) -> None:
+        """What a CPU op other than a plain one keeps: its args (comm ops, record_param_comms) or its row
+        (a ProfilerStep#N mark)."""
+        if role == _COMM_OP:
+            args = decode_args(ev.args)
+            if args is not None:
+                self.cpu_comm_args[len(self.cpu)] = _own_raw(args)
+        elif role == _PARAM_COMMS:
+            args = decode_args(ev.args)
+            ext = as_int(args.external_id) if args is not None else None
+            if args is not None and ext is not None:
+                self.comm_args_by_external_id[ext] = _strip_raw(args)
+        else:
+            self.step_rows.append(len(self.cpu))
+
+    def _bad(self, ev: Event, args: Args | None) -> None:
+        missing = [k for k, v in (("ts", ev.ts), ("dur", ev.dur)) if v is None]
+        missing += ["args.stream"] if args is None or args.stream is None else []
+        self.bad[f"{ev.cat} {str(ev.name)[:60]!r} without {'/'.join(missing)}"] += 1
 
     def finish(self) -> None:
         """After the last piece: every pending row into the columns."""
         tables = (self.dev, self.cpu, self.launch)
         flush_rows(tables)
+        release_free_memory()
         for table in tables:
             table.finish()
+        release_free_memory()  # the chunks the columns were joined from
 
     def _kernel_kind(self, name: str) -> int:
         if "Memcpy" in name or "Memset" in name:

@@ -5,7 +5,20 @@
 step ranges; ``attach`` gives each communication kernel the NCCL calls it runs; ``reader`` builds the tables.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from commprof.ingest.nsys.db import NsysExportError, is_sqlite
-from commprof.ingest.nsys.reader import SOURCE, extract
+
+if TYPE_CHECKING:
+    from commprof.ingest.nsys.reader import SOURCE, extract
 
 __all__ = ["SOURCE", "NsysExportError", "extract", "is_sqlite"]
+
+
+def __getattr__(name: str) -> Any:
+    """The reader on first use: a command that reads cached tables never loads it."""
+    if name in ("SOURCE", "extract"):
+        from commprof.ingest.nsys import reader
+
+        return getattr(reader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

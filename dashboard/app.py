@@ -16,6 +16,7 @@ from flask import Response
 
 from commprof.dashboard import ids, pages
 from commprof.dashboard.cache import RunCache
+from commprof.dashboard.serve import cache_answers
 from commprof.dashboard.state import LOG, parse_query
 from commprof.dashboard.style import fmt_ms, fmt_pct
 
@@ -188,5 +189,6 @@ def create_app(runs: dict[str, Run], cache: RunCache | None = None, settings: An
     for module in pages.ALL:
         module.register(app, cache)
     _register_download(app, cache)
+    app.commprof_answers = cache_answers(app)  # type: ignore[attr-defined]  # one computation per view state
     app.commprof_cache = cache  # type: ignore[attr-defined]  # tests and the benchmark read it
     return app

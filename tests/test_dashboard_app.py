@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import commprof
 from commprof.cli import main
 from commprof.cli.dashboard import host_warning, run_keys
-from commprof.dashboard import create_app, ids, state
+from commprof.dashboard import create_app, ids, serve, state
 from commprof.dashboard.app import route
 from commprof.dashboard.cache import RunCache
 
@@ -252,10 +252,10 @@ def test_cli_missing_path_exits_2(tmp_path: Path) -> None:
 def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     got: dict[str, Any] = {}
 
-    def fake_run(self: Any, host: str, port: int, debug: bool) -> None:
-        got.update(host=host, port=port, debug=debug, cache=self.commprof_cache)
+    def fake_serve(app: Any, host: str, port: int, threads: int = serve.THREADS) -> None:
+        got.update(host=host, port=port, threads=threads, cache=app.commprof_cache)
 
-    monkeypatch.setattr("dash.Dash.run", fake_run)
+    monkeypatch.setattr(serve, "serve", fake_serve)
     return got
 
 
@@ -266,7 +266,8 @@ def test_cli_serves_the_runs_with_the_analysis_options(tmp_path: Path, served: d
     result = CliRunner().invoke(main, ["dashboard", str(tmp_path / "s"), str(tmp_path / "bad"), "--port", "8123",
                                        "--network", "ib", "--layout", "tp=2,pp=2,dp=2", "--peak", "loopback=5"])
     assert result.exit_code == 0, result.output
-    assert {k: served[k] for k in ("host", "port", "debug")} == {"host": "127.0.0.1", "port": 8123, "debug": False}
+    assert {k: served[k] for k in ("host", "port", "threads")} == {"host": "127.0.0.1", "port": 8123,
+                                                                   "threads": serve.THREADS}
     cache = served["cache"]
     assert cache.settings.network == "ib" and cache.settings.peaks == {"loopback": 5.0}
     assert "bad" in cache.failures and "the other runs are served" in result.output

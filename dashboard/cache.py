@@ -296,9 +296,11 @@ class RunCache:
         return transforms.compare_metrics(a.totals, a.by_dimension, a.by_tier)
 
 
-def warm_in_background(cache: RunCache, report: Callable[[str], None]) -> threading.Thread:
+def warm_in_background(cache: RunCache, report: Callable[[str], None],
+                       then: Callable[[str], object] | None = None) -> threading.Thread:
     """Analyze every run in a thread, so that the server answers at once (a page asked for meanwhile waits
-    for its run's analysis on the cache's lock); ``report`` gets each run's problem."""
+    for its run's analysis on the cache's lock); ``report`` gets each run's problem; ``then(key)`` runs
+    after a run's views are warm (the app builds its overview page)."""
 
     def work() -> None:
         for key in list(cache.runs):
@@ -307,6 +309,11 @@ def warm_in_background(cache: RunCache, report: Callable[[str], None]) -> thread
                 report(problem)
             else:
                 cache.warm_views(key)
+                try:
+                    if then is not None:
+                        then(key)
+                except Exception:  # noqa: BLE001 - the page says what failed when it is asked for
+                    LOG.warning("building the first page of %s failed", key, exc_info=True)
 
     thread = threading.Thread(target=work, name="commprof-warm", daemon=True)
     thread.start()

@@ -188,7 +188,7 @@ def create_app(runs: dict[str, Run], cache: RunCache | None = None, settings: An
     app.layout = html.Div([dcc.Location(id=ids.URL, refresh="callback-nav"), html.Nav(id=ids.NAV),
                            html.Main(id=ids.PAGE)])
 
-    pages_built: Memo[tuple[Any, Any]] = Memo(256)
+    pages_built: Memo[tuple[Any, Any]] = Memo(32)  # few: the answer cache keeps the serialized pages too
 
     def built(pathname: Any, search: Any) -> tuple[Any, Any]:
         """A URL's page, built once (the runs are fixed: a URL always shows the same page)."""

@@ -97,6 +97,8 @@ def main() -> None:
     opened = time.perf_counter() - t
     cache, _ = warmed(runs)  # as `commprof dashboard` does before it serves
     app = create_app(runs, cache)
+    for key in runs:
+        app.commprof_warm_page(key)  # type: ignore[attr-defined]  # as `commprof dashboard` does beside serving
     sizes: list[tuple[str, int]] = []
 
     @app.server.after_request

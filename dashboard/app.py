@@ -16,6 +16,8 @@ from flask import Response
 
 from commprof.dashboard import ids, pages
 from commprof.dashboard.cache import RunCache
+from commprof.dashboard.memo import Memo
+from commprof.dashboard.serve import cache_answers
 from commprof.dashboard.state import LOG, parse_query
 from commprof.dashboard.style import fmt_ms, fmt_pct
 
@@ -56,6 +58,9 @@ table.grid td:first-child, table.grid th:first-child, table.grid td.text, table.
 a { color: #1565c0; }
 .cell-markdown p, .dash-cell-value p { margin: 0; }
 """
+
+
+PLOTLY_JS = "_dash-component-suites/plotly/package_data/plotly.min.js"  # what dcc.Graph loads (dash 4)
 
 
 def run_path(key: str, page: str = "overview") -> str:
@@ -166,21 +171,35 @@ def _register_download(app: Dash, cache: RunCache) -> None:
                         headers={"Content-Disposition": f'attachment; filename="{name}.perfetto.json"'})
 
 
+def _preload(app: Dash) -> str:
+    """plotly.js (4.8 MB) is fetched by the first dcc.Graph only after the page's callback has answered; a
+    preload fetches it beside Dash's own bundles from the start (the same URL, so the graph's load finds it)."""
+    url = app.config.requests_pathname_prefix + PLOTLY_JS
+    return f'<link rel="preload" href="{url}" as="script">'
+
+
 def create_app(runs: dict[str, Run], cache: RunCache | None = None, settings: AnalysisSettings | None = None
                ) -> Dash:
     """A Dash app serving exactly these runs (key -> opened run)."""
     cache = cache or RunCache(runs, settings)
     app = Dash(__name__, title="commprof", suppress_callback_exceptions=True, update_title=None,
                assets_ignore=".*")
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + CSS + "</style>")
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + CSS + "</style>" + _preload(app))
     app.layout = html.Div([dcc.Location(id=ids.URL, refresh="callback-nav"), html.Nav(id=ids.NAV),
                            html.Main(id=ids.PAGE)])
+
+    pages_built: Memo[tuple[Any, Any]] = Memo(32)  # few: the answer cache keeps the serialized pages too
+
+    def built(pathname: Any, search: Any) -> tuple[Any, Any]:
+        """A URL's page, built once (the runs are fixed: a URL always shows the same page)."""
+        where = (pathname if isinstance(pathname, str) else None, search if isinstance(search, str) else None)
+        return pages_built.get(where, lambda: route(cache, *where))
 
     @app.callback(Output(ids.PAGE, "children"), Output(ids.NAV, "children"),
                   Input(ids.URL, "pathname"), State(ids.URL, "search"))
     def _route(pathname: Any, search: Any) -> tuple[Any, Any]:
         try:
-            return route(cache, pathname, search)
+            return built(pathname, search)
         except Exception as err:  # noqa: BLE001 - never a 500
             LOG.warning("routing %r failed", pathname, exc_info=True)
             return message_page("This page failed", f"{type(err).__name__}: {err}"), []
@@ -188,5 +207,8 @@ def create_app(runs: dict[str, Run], cache: RunCache | None = None, settings: An
     for module in pages.ALL:
         module.register(app, cache)
     _register_download(app, cache)
+    app.commprof_answers = cache_answers(app)  # type: ignore[attr-defined]  # one computation per view state
     app.commprof_cache = cache  # type: ignore[attr-defined]  # tests and the benchmark read it
+    # each run's overview built before anyone asks (warm_in_background), so a first visit only draws
+    app.commprof_warm_page = lambda key: built(run_path(key), "")  # type: ignore[attr-defined]
     return app

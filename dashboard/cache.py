@@ -11,7 +11,6 @@ import json
 import threading
 import traceback
 from collections.abc import Callable
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
@@ -20,6 +19,7 @@ import polars as pl
 import commprof
 from commprof.analyzers import windows
 from commprof.dashboard import figures, transforms
+from commprof.dashboard.memo import memoized
 from commprof.dashboard.state import LOG
 from commprof.dashboard.style import group_label, natural_key
 
@@ -52,17 +52,19 @@ class RunCache:
         self.failures = dict(failures or {})  # key -> why the run could not be opened
         self.order = order or [*self.runs, *(k for k in self.failures if k not in self.runs)]
         self._lock = threading.Lock()
+        self._run_locks: dict[str, threading.Lock] = {}
         self._analyses: dict[str, Analysis] = {}
         self._failures: dict[str, RunFailed] = {}
-        # per-instance caches (a module-level lru_cache on methods would keep every app's runs alive)
-        self._timeline_bases = lru_cache(maxsize=8)(self._timeline_base)
-        self.timeline_figure = lru_cache(maxsize=128)(self._timeline_figure)
-        self.report = lru_cache(maxsize=8)(self._report)
-        self.perfetto = lru_cache(maxsize=2)(self._perfetto)
-        self.skew = lru_cache(maxsize=8)(self._skew)
-        self.collective_groups = lru_cache(maxsize=8)(self._collective_groups)
-        self.group_names = lru_cache(maxsize=8)(self._group_names)
-        self.default_ranks = lru_cache(maxsize=8)(self._default_ranks)
+        # per-instance caches (a module-level cache on methods would keep every app's runs alive), each
+        # computed once per key however many requests ask at once (memo.py)
+        self._timeline_bases = memoized(self._timeline_base, 8)
+        self.timeline_figure = memoized(self._timeline_figure, 128)
+        self.report = memoized(self._report, 8)
+        self.perfetto = memoized(self._perfetto, 2)
+        self.skew = memoized(self._skew, 8)
+        self.collective_groups = memoized(self._collective_groups, 8)
+        self.group_names = memoized(self._group_names, 8)
+        self.default_ranks = memoized(self._default_ranks, 8)
 
     def warm_views(self, key: str) -> None:
         """What every page's first view reads, computed once per run before anyone asks (the analysis'
@@ -85,7 +87,12 @@ class RunCache:
         """The run's analysis (computed on first use); raises KeyError or RunFailed."""
         if key not in self.runs:
             raise KeyError(key)
+        done = self._analyses.get(key)
+        if done is not None:  # the common case: no lock at all
+            return done
         with self._lock:
+            run_lock = self._run_locks.setdefault(key, threading.Lock())
+        with run_lock:  # one analysis per run; another run's pages are not held up meanwhile
             if key in self._failures:
                 raise self._failures[key]
             if key not in self._analyses:
@@ -289,9 +296,11 @@ class RunCache:
         return transforms.compare_metrics(a.totals, a.by_dimension, a.by_tier)
 
 
-def warm_in_background(cache: RunCache, report: Callable[[str], None]) -> threading.Thread:
+def warm_in_background(cache: RunCache, report: Callable[[str], None],
+                       then: Callable[[str], object] | None = None) -> threading.Thread:
     """Analyze every run in a thread, so that the server answers at once (a page asked for meanwhile waits
-    for its run's analysis on the cache's lock); ``report`` gets each run's problem."""
+    for its run's analysis on the cache's lock); ``report`` gets each run's problem; ``then(key)`` runs
+    after a run's views are warm (the app builds its overview page)."""
 
     def work() -> None:
         for key in list(cache.runs):
@@ -300,6 +309,11 @@ def warm_in_background(cache: RunCache, report: Callable[[str], None]) -> thread
                 report(problem)
             else:
                 cache.warm_views(key)
+                try:
+                    if then is not None:
+                        then(key)
+                except Exception:  # noqa: BLE001 - the page says what failed when it is asked for
+                    LOG.warning("building the first page of %s failed", key, exc_info=True)
 
     thread = threading.Thread(target=work, name="commprof-warm", daemon=True)
     thread.start()

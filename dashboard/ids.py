@@ -65,6 +65,7 @@ SKEW_MATCH = "skew-match"
 TOPO_MESSAGE = "topology-message"
 INDEX_TABLE = "runs-index"
 COMPARE_NOTE = "compare-note"
+TIMELINE_FIRST = "timeline-first"  # dcc.Store: the window the graph was first drawn with (plotly's "reset" range)
 TIMELINE_NOTE = "timeline-note"  # what the drawing left out (the 128-rank cap); TIMELINE_MESSAGE: the URL's problems
 COMPARE_PROBLEM = "compare-problem"
 SKEW_SHOWN = "skew-shown"  # dcc.Store: the group the skew page was drawn with

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import commprof
 from commprof.cli import main
 from commprof.cli.dashboard import host_warning, run_keys
-from commprof.dashboard import create_app, ids, state
+from commprof.dashboard import create_app, ids, serve, state
 from commprof.dashboard.app import route
 from commprof.dashboard.cache import RunCache
 
@@ -153,6 +153,22 @@ def test_timeline_state_goes_into_the_url(app: Any, cache: RunCache) -> None:
     assert again.status_code in (200, 204) and "url" not in (again.get_json() or {}).get("response", {})
 
 
+def test_a_reset_to_the_first_drawn_range_returns_to_the_chosen_step(app: Any, cache: RunCache) -> None:
+    """Plotly's reset axes and double-click send the range the graph was first drawn with (the whole run
+    when the step was chosen later): with a step chosen that means the step, as autoscale does."""
+    base = cache.timeline_base("sample")
+    step = base.steps.row(1, named=True)
+    key = _key(app, f"..{ids.TIMELINE_WINDOW}.data")
+    whole = [base.origin_ns, base.end_ns]
+    first_range = {"xaxis.range[0]": 0.0, "xaxis.range[1]": (base.end_ns - base.origin_ns) / 1e6}
+    for relayout in (first_range, {"xaxis.autorange": True}):
+        got = call(app, key, [step["step"], relayout], ["sample", whole], changed=1).get_json()["response"]
+        assert got[ids.TIMELINE_WINDOW]["data"] == [step["start_ns"], step["end_ns"]], relayout
+    zoom = {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}  # any other range is a zoom
+    got = call(app, key, [step["step"], zoom], ["sample", whole], changed=1).get_json()["response"]
+    assert got[ids.TIMELINE_WINDOW]["data"] == [base.origin_ns + 1_000_000, base.origin_ns + 2_000_000]
+
+
 CRAFTED = ["abc", math.nan, math.inf, 1e308, -1e308, ["x"], [["x"]], {"a": 1}, [1, 2, 3], None, True, -1, 2**70,
            "", [], {"xaxis.range[0]": math.nan, "xaxis.range[1]": 1e308}, {"xaxis.range": ["a", None]},
            {"points": [{"customdata": ["x", {}, None]}]}, {"points": "x"}, "../../etc/passwd", "0-99999999"]
@@ -252,10 +268,10 @@ def test_cli_missing_path_exits_2(tmp_path: Path) -> None:
 def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     got: dict[str, Any] = {}
 
-    def fake_run(self: Any, host: str, port: int, debug: bool) -> None:
-        got.update(host=host, port=port, debug=debug, cache=self.commprof_cache)
+    def fake_serve(app: Any, host: str, port: int, threads: int = serve.THREADS) -> None:
+        got.update(host=host, port=port, threads=threads, cache=app.commprof_cache)
 
-    monkeypatch.setattr("dash.Dash.run", fake_run)
+    monkeypatch.setattr(serve, "serve", fake_serve)
     return got
 
 
@@ -266,7 +282,8 @@ def test_cli_serves_the_runs_with_the_analysis_options(tmp_path: Path, served: d
     result = CliRunner().invoke(main, ["dashboard", str(tmp_path / "s"), str(tmp_path / "bad"), "--port", "8123",
                                        "--network", "ib", "--layout", "tp=2,pp=2,dp=2", "--peak", "loopback=5"])
     assert result.exit_code == 0, result.output
-    assert {k: served[k] for k in ("host", "port", "debug")} == {"host": "127.0.0.1", "port": 8123, "debug": False}
+    assert {k: served[k] for k in ("host", "port", "threads")} == {"host": "127.0.0.1", "port": 8123,
+                                                                   "threads": serve.THREADS}
     cache = served["cache"]
     assert cache.settings.network == "ib" and cache.settings.peaks == {"loopback": 5.0}
     assert "bad" in cache.failures and "the other runs are served" in result.output
@@ -318,8 +335,8 @@ def test_figure_clicks_open_the_filtered_views(app: Any, cache: RunCache) -> Non
 
 
 @pytest.mark.parametrize(("callback", "inputs", "states", "changed", "output", "said"), [
-    (ids.TIMELINE_WINDOW, ["abc", None], ["sample"], 0, ids.TIMELINE_MESSAGE, "step must be a whole number"),
-    (ids.TIMELINE_WINDOW, ["all", {"xaxis.range[0]": math.nan, "xaxis.range[1]": 1e308}], ["sample"], 1,
+    (ids.TIMELINE_WINDOW, ["abc", None], ["sample", None], 0, ids.TIMELINE_MESSAGE, "step must be a whole number"),
+    (ids.TIMELINE_WINDOW, ["all", {"xaxis.range[0]": math.nan, "xaxis.range[1]": 1e308}], ["sample", None], 1,
      ids.TIMELINE_MESSAGE, "must be a finite number of ms"),
     (ids.TIMELINE_GRAPH, [[0, 1], ["x"], "ranks"], ["sample"], 1, ids.TIMELINE_NOTE,
      "a rank must be a whole number"),

@@ -283,3 +283,38 @@ def test_a_reset_returns_to_the_chosen_step_and_steps_are_marked(browser: Any,  
     assert shown[0] == pytest.approx((step["start_ns"] - origin) / 1e6, abs=1e-3)
     assert shown[1] == pytest.approx((step["end_ns"] - origin) / 1e6, abs=1e-3)
     assert console_errors(browser) == []
+
+
+@pytest.mark.parametrize("button", ["Autoscale", "Reset axes"])
+def test_the_modebar_resets_to_the_chosen_step(browser: Any, served: tuple[Server, Any], button: str) -> None:  # noqa: F811
+    """Choose step 1 in the dropdown, zoom in by dragging, press the modebar's autoscale (plotly sends
+    ``xaxis.autorange``: before the fix the whole run came back while the dropdown said step 1) or reset
+    axes: the x-range drawn is step 1's window again."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    srv, cache = served
+    base = cache.timeline_base("s16")
+    step = base.steps.row(1, named=True)
+    browser.get(f"{srv.url}/run/s16/timeline?ranks=0-3")
+    wait_plot(browser, ids.TIMELINE_GRAPH, timeout=30)
+    whole = _settled(browser, f"#{ids.TIMELINE_INFO}")
+    browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_STEP}").click()
+    option = wait_for(browser, "[role=option]", text="step 1")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].click();", option)
+    stepped = _settled(browser, f"#{ids.TIMELINE_INFO}")
+    assert stepped != whole and f"window {(step['end_ns'] - step['start_ns']) / 1e6:.3f} ms" in stepped
+    drag = browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_GRAPH} .nsewdrag")
+    ActionChains(browser).move_to_element(drag).click_and_hold().move_by_offset(drag.size["width"] // 4, 0) \
+        .release().perform()
+    assert _settled(browser, f"#{ids.TIMELINE_INFO}") not in (stepped, whole)
+    ActionChains(browser).move_to_element(drag).perform()  # the modebar shows on hover
+    browser.execute_script(f"document.querySelector('#{ids.TIMELINE_GRAPH} .modebar-btn[data-title=\"{button}\"]')"
+                           ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+    assert _settled(browser, f"#{ids.TIMELINE_INFO}") == stepped
+    assert "step 1" in browser.find_element(By.ID, ids.TIMELINE_STEP).text and "step=1" in browser.current_url
+    shown = browser.execute_script(f"return document.querySelector('#{ids.TIMELINE_GRAPH} .js-plotly-plot')"
+                                   "._fullLayout.xaxis.range")
+    assert shown[0] == pytest.approx((step["start_ns"] - base.origin_ns) / 1e6, abs=1e-3)
+    assert shown[1] == pytest.approx((step["end_ns"] - base.origin_ns) / 1e6, abs=1e-3)
+    assert console_errors(browser) == []

@@ -116,15 +116,17 @@ def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, la
             click.echo(f"commprof: warning: {key}: {line}", err=True)
     from commprof.dashboard import create_app
     from commprof.dashboard.cache import RunCache, warm_in_background
+    from commprof.dashboard.serve import serve
 
     # the server answers at once; the runs are analyzed beside it (a page waits for its run's analysis)
     cache = RunCache(runs, settings, failures, order)
-    warm_in_background(cache, lambda problem: click.echo(f"commprof: warning: {problem}", err=True))
     app = create_app(runs, cache)
+    warm_in_background(cache, lambda problem: click.echo(f"commprof: warning: {problem}", err=True),
+                       app.commprof_warm_page)
     failed = f"; {len(failures)} could not be opened ({', '.join(failures)})" if failures else ""
     click.echo(f"commprof dashboard: {len(runs)} run(s) ({', '.join(runs)}){failed} on http://{host}:{port}/",
                err=True)
-    app.run(host=host, port=port, debug=False)
+    serve(app, host, port)  # threads, each view state computed once (dashboard/serve.py)
 
 
 # analyze's own option objects: same names, choices and help text in both commands

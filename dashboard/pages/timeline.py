@@ -90,7 +90,7 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
     step, window, ranks, lanes, problem = _initial(cache, key, query or {})
     all_ranks = cache.analysis(key).ranks["rank"].to_list()
     return html.Div([
-        dcc.Store(id=ids.TIMELINE_WINDOW, data=list(window)),
+        dcc.Store(id=ids.TIMELINE_WINDOW, data=list(window)), dcc.Store(id=ids.TIMELINE_FIRST, data=list(window)),
         html.Div([html.H2(f"{key} — timeline", style={"flex": "1"}),
                   html.A("Download for Perfetto (.json)", href=f"/download/{key}/perfetto.json", id=ids.PERFETTO_LINK,
                          title="The whole run as an annotated trace: open it at ui.perfetto.dev")],
@@ -118,24 +118,32 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
     ])
 
 
+def _same_ms(zoom: tuple[float, float], window: tuple[int, int], origin_ns: int) -> bool:
+    """A zoom (ms since the origin) that is this window, within 2 µs (the figure's window is snapped)."""
+    return all(abs(z - (w - origin_ns) / 1e6) <= 2e-3 for z, w in zip(zoom, window, strict=True))
+
+
 def register(app: Dash, cache: RunCache) -> None:
     @app.callback(
         Output(ids.TIMELINE_WINDOW, "data"), Output(ids.TIMELINE_MESSAGE, "children", allow_duplicate=True),
         Input(ids.TIMELINE_STEP, "value"), Input(ids.TIMELINE_GRAPH, "relayoutData"),
-        State(ids.RUN_KEY, "data"),
+        State(ids.RUN_KEY, "data"), State(ids.TIMELINE_FIRST, "data"),
         prevent_initial_call=True,
     )
     @guarded(2, 1)
-    def set_window(step: Any, relayout: Any, key: Any) -> Any:
+    def set_window(step: Any, relayout: Any, key: Any, first: Any = None) -> Any:
         key = as_key(key, cache.runs)
         if ctx.triggered_id == ids.TIMELINE_STEP:
             return list(step_window(cache, key, step)), ""
         zoom = as_relayout(relayout)
         if zoom is None:
             return no_update, no_update
-        if zoom == "reset":
-            return list(step_window(cache, key, step)), ""
         origin = cache.timeline_base(key).origin_ns
+        # plotly's "reset axes" and double-click return to the range the graph was *first* drawn with (a
+        # step chosen later does not move it): that range, like autoscale, means "back to the chosen step"
+        if zoom == "reset" or (first is not None and not isinstance(zoom, str)
+                               and _same_ms(zoom, as_window_ns(first), origin)):
+            return list(step_window(cache, key, step)), ""
         lo, hi = zoom
         start, end = origin + int(lo * 1e6), origin + int(hi * 1e6)
         return [start, max(end, start + 1)], ""

@@ -1,8 +1,8 @@
 """Many small traces (issue 24): ``commprof analyze`` of a folder of ``--ranks`` small Kineto traces (default
-5,000, about 4-8 kB of gzip each, from ``commprof synth``: 1 step, 1 layer, 1 micro-batch), cold cache, as a
-whole process: wall seconds and peak RSS, this checkout (and ``--base``), interleaved. The floor, measured in
-the same script: reading the same files' bytes, gunzip and a bare JSON decode (msgspec) of each, in one
-process. Rows go to ``.bench/small.json``.
+5,000, about 4 kB of gzip each, from ``commprof synth``: 1 step, 1 layer, 1 micro-batch, tp=8, pp=25), cold
+cache, as a whole process: wall seconds and peak RSS, this checkout (and ``--base``), interleaved. The floor,
+measured in the same script: reading the same files' bytes, gunzip and a bare JSON decode (msgspec) of each,
+in one process. Rows go to ``.bench/small.json``.
 
     python bench/bench_small.py [--ranks 5000] [--repeat 1] [--base /tmp/base] [--keep DIR]
 """
@@ -34,9 +34,13 @@ def generate(folder: Path, ranks: int) -> Path:
         return traces
     run = folder / "run"
     nodes = max(1, ranks // GPUS)
+    world = nodes * GPUS
+    # small groups keep each trace small (~4 kB of gzip, as in the issue): a trace lists its groups' members,
+    # and one DP group of 2,500 ranks makes every trace 26 kB
+    layout = f"tp=8,pp=25,dp={world // 200}" if world % 200 == 0 else f"tp=2,dp={world // 2}"
     subprocess.run([sys.executable, "-m", "commprof", "synth", str(run), "--nodes", str(nodes), "--gpus-per-node",
-                    str(GPUS), "--steps", "1", "--layers", "1", "--micro-batches", "1",
-                    "--layout", f"tp=2,dp={nodes * GPUS // 2}"], check=True, capture_output=True, cwd=REPO)
+                    str(GPUS), "--steps", "1", "--layers", "1", "--micro-batches", "1", "--layout", layout],
+                   check=True, capture_output=True, cwd=REPO)
     shutil.move(run / "raw" / "traces", traces)
     shutil.rmtree(run)
     return traces

@@ -70,7 +70,8 @@ def log_bytes(draw: st.DrawFn) -> bytes:
         elif kind == "blank":
             line = draw(st.sampled_from(BLANKS)).encode()
         elif kind == "odd":
-            line = draw(st.sampled_from(FOREIGN)).encode()[: draw(st.integers(0, 20))] + draw(st.sampled_from(ODD_BYTES))
+            cut = draw(st.sampled_from(FOREIGN)).encode()[: draw(st.integers(0, 20))]
+            line = cut + draw(st.sampled_from(ODD_BYTES))
         else:  # a long stretch of application output, for the counted (not decoded) path
             body = "".join(draw(st.sampled_from(FOREIGN + BLANKS)) + draw(st.sampled_from(BREAKS)) for _ in range(8))
             line = (body * draw(st.integers(1, 40))).encode()

@@ -69,7 +69,7 @@ bench-dashboard: $(STAMP)
 bench-record: $(STAMP)
 	$(BIN)/python bench/bench_record.py
 
-bench-nccl: $(STAMP)  # NCCL log parse speed on a generated ~1 GB log (BENCH_NCCL_ARGS="--size-mb 100 --base /tmp/base")
+bench-nccl: $(STAMP)  # NCCL logs: all-NCCL 93 MB + a 1 GB app log with NCCL at its ends, rows to .bench/nccl.json (BENCH_NCCL_ARGS="--rare-mb 100 --base /tmp/base")
 	$(BIN)/python bench/bench_nccl.py $(BENCH_NCCL_ARGS)
 
 bench-synth: $(STAMP)  # 64-rank synthetic run, ~50 MB/rank: generate + analyze, vs HTA (BENCH_SYNTH_ARGS="--mb-per-rank 5")

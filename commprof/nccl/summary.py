@@ -60,8 +60,8 @@ def _algorithms(tuning: pl.DataFrame) -> dict[str, dict[str, dict[str, int]]]:
         tuning.filter(pl.col("comm_id").is_not_null())
         .group_by("comm_id", pl.col("op").fill_null("?"), "algo", "proto")
         .len()
-        .sort("comm_id", "op", "len", descending=[False, False, True])
-    )
+        .sort("comm_id", "op", "len", "algo", "proto", descending=[False, False, True, False, False])
+    )  # most used first; ties by name (group_by's order varies from run to run)
     out: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
     for row in grouped.iter_rows(named=True):
         out[row["comm_id"]][row["op"]][f"{row['algo']}/{row['proto']}"] = row["len"]

@@ -12,13 +12,12 @@ loop). Everything else is rare enough for Python regexes.
 
 from __future__ import annotations
 
-import gzip
-from collections.abc import Iterable, Iterator
+import io
+import mmap
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 import polars as pl
 
@@ -27,6 +26,7 @@ from commprof.ingest.nccl_logs import patterns as pt
 from commprof.ingest.nccl_logs.colls import COLL_SCHEMA, coll_frame
 from commprof.ingest.nccl_logs.infer import infer_comms
 from commprof.ingest.nccl_logs.records import CommRank, Link, ParseStats, Process, Tuning, Warn
+from commprof.ingest.nccl_logs.scan import Skipped, is_paste, open_text, read_candidates, text_encoding
 from commprof.ingest.nccl_logs.state import Head, State
 
 COLL_CHUNK_ROWS = 200_000
@@ -48,6 +48,26 @@ class NcclLogs:
     gpu_models: dict[str | None, set[str]] = field(default_factory=dict)  # host -> GPU names seen
 
 
+class _FileRead:
+    """Where the parse of one file stands: its prefixes seen, its messages counted by family."""
+
+    __slots__ = ("counts", "file", "heads", "line_no", "n_coll")
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.heads: dict[str, Head] = {}
+        self.counts: dict[str, int] = {}
+        self.line_no = 0
+        self.n_coll = 0
+
+    def skip(self, part: Skipped) -> None:
+        """Lines the prefilter passed over: the parser would have called each ``empty`` or ``foreign``."""
+        self.line_no += part.lines
+        for fam, n in (("!empty", part.empty), ("!foreign", part.lines - part.empty)):
+            if n:
+                self.counts[fam] = self.counts.get(fam, 0) + n
+
+
 class LogParser:
     """Feed it files (or lines), then call ``finish`` once."""
 
@@ -64,29 +84,75 @@ class LogParser:
     def parse_file(self, path: str | Path) -> None:
         name = str(path)
         try:
-            pasted = _is_paste(Path(path))
-            with _open_text(Path(path)) as f:
-                if pasted:
+            file = Path(path)
+            if is_paste(file):
+                with open_text(file) as f:
                     # each message gets the marker back and no prefix: one process per file, host unknown
                     self.state.stats.pasted_files.append(name)
                     self.parse_lines(("NCCL INFO " + line for line in f), name)
-                else:
+            elif not self._parse_utf8(file, name):
+                with open_text(file) as f:
                     self.parse_lines(f, name)
         except (OSError, EOFError, ValueError) as err:  # unreadable or corrupt gzip
             self.state.stats.skipped_files.append(f"{name}: {err}")
 
+    def _parse_utf8(self, path: Path, name: str) -> bool:
+        """A plain UTF-8 file, read through the byte-level prefilter (``scan``); False for the others
+        (gzip, UTF-16, files that cannot be mapped), which go line by line."""
+        if path.suffix == ".gz":
+            return False
+        with open(path, "rb") as raw:
+            if text_encoding(raw.read(2)) != "utf-8":
+                return False
+            try:
+                view = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:  # empty
+                view = None
+            except OSError:
+                return False
+        ctx = self._begin(name)
+        if view is not None:
+            with view:
+                for part in read_candidates(view):
+                    if isinstance(part, Skipped):
+                        ctx.skip(part)
+                    else:
+                        self._feed(io.StringIO(part, newline=None), ctx)
+        self._end(ctx)
+        return True
+
     def parse_lines(self, lines: Iterable[str], file: str) -> None:
+        ctx = self._begin(file)
+        self._feed(lines, ctx)
+        self._end(ctx)
+
+    def _begin(self, file: str) -> _FileRead:
+        self.state.stats.files += 1
+        self.files.append(file)
+        return _FileRead(file)
+
+    def _end(self, ctx: _FileRead) -> None:
+        stats = self.state.stats
+        self._seq_base += ctx.line_no
+        stats.lines_total += ctx.line_no
+        counts = ctx.counts
+        counts["coll"] = counts.get("coll", 0) + ctx.n_coll
+        for fam, n in counts.items():
+            stats.messages_total += n
+            if fam[0] == "!":
+                stats.skipped[fam[1:]] += n
+            else:
+                stats.parsed[fam] += n
+
+    def _feed(self, lines: Iterable[str], ctx: _FileRead) -> None:
         """The hot loop. COLL lines — nearly all lines of a big log — take the inlined path: find
         the marker, look up the cached prefix, pull the comm pointer, remember the message."""
         st = self.state
-        stats = st.stats
-        stats.files += 1
-        self.files.append(file)
-        heads: dict[str, Head] = {}
-        counts: dict[str, int] = {}
+        file, heads, counts = ctx.file, ctx.heads, ctx.counts
         msgs, comm_idx, proc_idx = self._coll_msgs, self._coll_comm, self._coll_proc
         base = self._seq_base
-        line_no = n_coll = 0
+        line_no = ctx.line_no
+        n_coll = 0
         for line in lines:
             line_no += 1
             k = line.find("NCCL INFO ")
@@ -118,15 +184,8 @@ class LogParser:
             st.seq = base + line_no
             fam = self._line(line, file, line_no, heads, counts)
             counts[fam] = counts.get(fam, 0) + 1
-        self._seq_base = base + line_no
-        stats.lines_total += line_no
-        counts["coll"] = counts.get("coll", 0) + n_coll
-        for fam, n in counts.items():
-            stats.messages_total += n
-            if fam[0] == "!":
-                stats.skipped[fam[1:]] += n
-            else:
-                stats.parsed[fam] += n
+        ctx.line_no = line_no
+        ctx.n_coll += n_coll
 
     def _line(
         self,
@@ -308,45 +367,6 @@ class LogParser:
             files=self.files,
             gpu_models=st.gpu_models,
         )
-
-
-@contextmanager
-def _open_text(path: Path) -> Iterator[TextIO]:
-    if path.suffix == ".gz":
-        with gzip.open(path, "rb") as raw:
-            encoding = _encoding(raw.peek(2)[:2] if hasattr(raw, "peek") else b"")
-        with gzip.open(path, "rt", encoding=encoding, errors="replace") as gz:
-            yield gz
-    else:
-        with open(path, "rb") as raw:
-            encoding = _encoding(raw.read(2))
-        with open(path, encoding=encoding, errors="replace") as f:
-            yield f
-
-
-PASTE_SNIFF_LINES = 400
-
-
-def _is_paste(path: Path) -> bool:
-    """No line of the file's head carries NCCL's marker, and several read as NCCL's messages."""
-    bare = 0
-    with _open_text(path) as f:
-        for n, line in enumerate(f):
-            if n >= PASTE_SNIFF_LINES:
-                break
-            if "NCCL INFO " in line or "NCCL WARN " in line or "NCCL TRACE " in line:
-                return False
-            bare += pt.BARE_MESSAGE.match(line.lstrip()) is not None
-    return bare >= 3
-
-
-def _encoding(head: bytes) -> str:
-    """UTF-16 when the text says so (a BOM, or a NUL beside the first character), else UTF-8."""
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return "utf-16"
-    if len(head) == 2 and b"\0" in head:
-        return "utf-16-be" if head[:1] == b"\0" else "utf-16-le"
-    return "utf-8"
 
 
 def parse_nccl_logs(paths: Iterable[str | Path]) -> NcclLogs:

@@ -1,0 +1,226 @@
+"""Find the lines of a log that can matter to the NCCL parser without decoding the rest.
+
+NCCL's lines often sit inside a job's stdout: gigabytes of application output with a few thousand NCCL
+lines at its ends. Decoding and looping over every line in Python caps the parse at a few tens of MB/s,
+so a UTF-8 file is read in pieces and searched in bytes, at memchr speed, for the only markers the parser
+acts on outside blank lines: ``NCCL `` (every message, and the bare version line) and the GPU names
+(``NVIDIA``, ``GeForce``, ``Tesla``) it reads from nccl-tests' and nvidia-smi's lines. Lines without a
+marker are counted, not decoded: the parser would count each as ``empty`` (whitespace only) or
+``foreign``, so the counts, the line numbers and everything built from them stay what a line-by-line
+pass gives. Pieces dense in markers (a log that is all NCCL) are decoded whole and read as before.
+
+Line breaks are the universal newlines text mode uses (``\\n``, ``\\r\\n``, a lone ``\\r``); bytes that are
+not UTF-8 read as U+FFFD, as ``errors="replace"`` does: neither can hide or fake an ASCII marker.
+"""
+
+from __future__ import annotations
+
+import gzip
+import mmap
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from commprof.ingest.nccl_logs import patterns as pt
+
+PIECE_BYTES = 4 << 20
+# A piece with a marker every DENSE_BYTES or closer is decoded whole: one line at a time costs more there.
+DENSE_BYTES = 2048
+NUMPY_BYTES = 1 << 16  # regions this long count their lines with numpy (imported only then)
+MARKERS = (b"NCCL ", b"NVIDIA", b"GeForce", b"Tesla")
+
+
+# What ``str.strip()`` removes (``str.isspace``) but line breaks; tests check it against every code point.
+WHITESPACE = "\t\x0b\x0c\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + \
+    "\u2028\u2029\u202f\u205f\u3000"
+_ASCII_WS = rb"[\t\x0b\x0c\x1c-\x1f ]"
+_WS = b"(?:" + b"|".join(re.escape(c.encode()) for c in WHITESPACE) + b")"
+_MB_LEADS = (b"\xc2", b"\xe1", b"\xe2", b"\xe3")  # the first bytes of the non-ASCII whitespace above
+# A blank line after a line break (\n, or a lone \r: ``\r(?!\n)`` keeps a \r\n pair one break): whitespace
+# up to the next break. The literal first byte lets ``re`` jump from break to break; regions without a
+# non-ASCII whitespace lead byte take the single-byte class, cheaper per line.
+_BLANK_ASCII = (re.compile(rb"\n" + _ASCII_WS + rb"*(?=[\r\n])"),
+                re.compile(rb"\r(?!\n)" + _ASCII_WS + rb"*(?=[\r\n])"))
+_BLANK_ANY = (re.compile(rb"\n" + _WS + rb"*(?=[\r\n])"), re.compile(rb"\r(?!\n)" + _WS + rb"*(?=[\r\n])"))
+_BLANK_LINE = re.compile(_WS + rb"*(?:[\r\n]|\Z)")
+_BLANK_TO_BREAK = re.compile(_WS + rb"*[\r\n]")
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Lines without a marker: how many, and how many of them are whitespace only."""
+
+    lines: int
+    empty: int
+
+
+def read_candidates(view: mmap.mmap) -> Iterator[str | Skipped]:
+    """The file's text where it may hold NCCL lines (whole lines, decoded, line breaks as they were),
+    and counts of the lines between, in file order."""
+    start, size = 0, len(view)
+    while start < size:
+        end = _cut(view, start, size)
+        yield from _split(view[start:end])
+        start = end
+
+
+def _cut(view: mmap.mmap, start: int, size: int) -> int:
+    """The end of the piece that starts at ``start``: after its last \\n, so that no line (nor a \\r\\n pair)
+    is split; a piece without \\n ends after a \\r that is not its last byte, else grows."""
+    width = PIECE_BYTES
+    while start + width < size:
+        end = start + width
+        nl = view.rfind(b"\n", start, end)
+        if nl >= 0:
+            return nl + 1
+        cr = view.rfind(b"\r", start, end - 1)
+        if cr >= 0:
+            return cr + 1
+        width *= 2
+    return size
+
+
+def _split(b: bytes) -> Iterator[str | Skipped]:
+    found = sum(b.count(m) for m in MARKERS)
+    if not found:
+        yield _skipped(b, 0, len(b))
+        return
+    if len(b) // found < DENSE_BYTES:
+        yield b.decode("utf-8", "replace")
+        return
+    nxt = {m: b.find(m) for m in MARKERS}
+    pos = 0
+    while True:
+        hits = [p for p in nxt.values() if p >= 0]
+        if not hits:
+            break
+        at = min(hits)
+        start = max(b.rfind(b"\n", pos, at), b.rfind(b"\r", pos, at), pos - 1) + 1
+        end = _line_end(b, at)
+        if start > pos:
+            yield _skipped(b, pos, start)
+        yield b[start:end].decode("utf-8", "replace")
+        pos = end
+        for m, p in nxt.items():
+            if 0 <= p < end:
+                nxt[m] = b.find(m, end)
+    if pos < len(b):
+        yield _skipped(b, pos, len(b))
+
+
+def _line_end(b: bytes, at: int) -> int:
+    """Just after the break of the line holding ``at`` (\\n, \\r\\n or \\r), or the end of ``b``."""
+    nl = b.find(b"\n", at)
+    cr = b.find(b"\r", at, nl if nl >= 0 else len(b))
+    if cr >= 0:
+        return cr + 2 if cr + 1 == nl else cr + 1
+    return nl + 1 if nl >= 0 else len(b)
+
+
+def _skipped(b: bytes, a: int, e: int) -> Skipped:
+    """Count the lines of ``b[a:e]`` (``a`` starts a line, ``e`` ends one or the file) and the blank ones."""
+    lines, blank = _count_numpy(b, a, e) if e - a >= NUMPY_BYTES else _count_re(b, a, e)
+    if e > a and b[e - 1] not in (10, 13):
+        lines += 1  # the file's last line, without a break: blank if whitespace runs to the end
+        last = max(b.rfind(b"\n", a, e), b.rfind(b"\r", a, e))
+        if last >= 0 and _BLANK_LINE.match(b, last + 1, e) is not None:
+            blank += 1
+    if e > a and _BLANK_LINE.match(b, a, e) is not None:
+        blank += 1  # the first line (one without a break before it)
+    return Skipped(lines, blank)
+
+
+def _count_re(b: bytes, a: int, e: int) -> tuple[int, int]:
+    """Breaks, and blank lines after a break: ``re`` jumps from break to break on the literal first byte;
+    regions without a lead byte of non-ASCII whitespace take the single-byte class, cheaper per line."""
+    lone_cr = b.count(b"\r", a, e) - b.count(b"\r\n", a, e) if b.find(b"\r", a, e) >= 0 else 0
+    wide = any(b.find(lead, a, e) >= 0 for lead in _MB_LEADS)
+    after_nl, after_cr = _BLANK_ANY if wide else _BLANK_ASCII
+    blank = len(after_nl.findall(b, a, e)) + (len(after_cr.findall(b, a, e)) if lone_cr else 0)
+    return b.count(b"\n", a, e) + lone_cr, blank
+
+
+# byte -> what a line starting with it may be: 0 not blank, 1 blank (a break), 2 maybe (ASCII whitespace:
+# look at the next byte), 3 maybe (a lead byte of non-ASCII whitespace: ask ``_BLANK_LINE``)
+_OTHER, _BREAK, _SPACE, _WIDE = range(4)
+_LINE_START: Any = None
+LOOK_AHEAD = 16  # bytes of leading whitespace followed byte by byte before ``_BLANK_LINE`` takes over
+
+
+def _count_numpy(b: bytes, a: int, e: int) -> tuple[int, int]:
+    """Breaks and the blank lines after them, vectorised: each line's first bytes are classified together,
+    a step per byte of leading whitespace; the few lines left undecided go to ``_BLANK_LINE``."""
+    import numpy as np
+
+    global _LINE_START
+    if _LINE_START is None:
+        table = np.zeros(256, dtype=np.uint8)
+        table[list(b"\t\x0b\x0c\x1c\x1d\x1e\x1f ")] = _SPACE
+        table[[c[0] for c in _MB_LEADS]] = _WIDE
+        table[[10, 13]] = _BREAK
+        _LINE_START = table
+    n = e - a
+    arr = np.frombuffer(b, dtype=np.uint8, count=n, offset=a)
+    nl = np.flatnonzero(arr == 10)
+    starts = nl + 1
+    if b.find(b"\r", a, e) >= 0:
+        cr = np.flatnonzero(arr == 13)
+        after = cr + 1
+        lone = cr[(after >= n) | (arr[np.minimum(after, n - 1)] != 10)]
+        starts = np.concatenate((starts, lone + 1))
+    lines = len(starts)
+    undecided = starts[starts < n]  # a break ending the region starts no line in it
+    blank, slow = 0, []
+    for _ in range(LOOK_AHEAD):
+        if not len(undecided):
+            break
+        kind = _LINE_START[arr[undecided]]
+        blank += int(np.count_nonzero(kind == _BREAK))
+        slow.append(undecided[kind == _WIDE])
+        undecided = undecided[kind == _SPACE] + 1
+        undecided = undecided[undecided < n]  # whitespace up to the region's end: the last line, counted apart
+    for p in np.concatenate((*slow, undecided)).tolist():
+        blank += _BLANK_TO_BREAK.match(b, a + p, e) is not None
+    return lines, blank
+
+
+@contextmanager
+def open_text(path: Path) -> Iterator[TextIO]:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as raw:
+            encoding = text_encoding(raw.peek(2)[:2] if hasattr(raw, "peek") else b"")
+        with gzip.open(path, "rt", encoding=encoding, errors="replace") as gz:
+            yield gz
+    else:
+        with open(path, "rb") as raw:
+            encoding = text_encoding(raw.read(2))
+        with open(path, encoding=encoding, errors="replace") as f:
+            yield f
+
+
+PASTE_SNIFF_LINES = 400
+
+
+def is_paste(path: Path) -> bool:
+    """No line of the file's head carries NCCL's marker, and several read as NCCL's messages."""
+    bare = 0
+    with open_text(path) as f:
+        for n, line in enumerate(f):
+            if n >= PASTE_SNIFF_LINES:
+                break
+            if "NCCL INFO " in line or "NCCL WARN " in line or "NCCL TRACE " in line:
+                return False
+            bare += pt.BARE_MESSAGE.match(line.lstrip()) is not None
+    return bare >= 3
+
+
+def text_encoding(head: bytes) -> str:
+    """UTF-16 when the text says so (a BOM, or a NUL beside the first character), else UTF-8."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    if len(head) == 2 and b"\0" in head:
+        return "utf-16-be" if head[:1] == b"\0" else "utf-16-le"
+    return "utf-8"

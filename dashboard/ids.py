@@ -15,6 +15,7 @@ OVERVIEW_BREAKDOWN = "overview-breakdown"
 OVERVIEW_BY_DIMENSION = "overview-by-dimension"
 OVERVIEW_BY_TIER = "overview-by-tier"
 OVERVIEW_FINDINGS = "overview-findings"
+OVERVIEW_EXPOSED_NOTE = "overview-exposed-note"
 OVERVIEW_FACTS = "overview-facts"
 
 # timeline

@@ -90,6 +90,24 @@ def test_every_run_page_routes(cache: RunCache) -> None:
         assert text in overview
 
 
+def test_the_overview_says_where_a_large_exposed_time_goes_when_no_rule_names_a_cause(tmp_path: Path,
+                                                                                      cache: RunCache) -> None:
+    """Synthetic (exact by construction): 16 ranks, tp=8 x dp=2, 25 % of the step exposed DP comm and no finding
+    above info. The overview carries the analysis' own note, word for word, not "nothing costs enough"."""
+    out = tmp_path / "s16"
+    made = CliRunner().invoke(main, ["synth", str(out), "--nodes", "2", "--gpus-per-node", "8", "--layout",
+                                     "tp=8,dp=2", "--steps", "2", "--layers", "2", "--micro-batches", "2"])
+    assert made.exit_code == 0, made.output
+    synth = RunCache({"s16": commprof.open_run(out)})
+    note = synth.analysis("s16").exposed_note
+    assert note is not None and "dp on ib" in note.headline
+    page = _text(route(synth, "/run/s16/overview")[0])
+    assert ids.OVERVIEW_EXPOSED_NOTE in page and json.dumps(note.headline)[1:-1] in page
+    assert json.dumps(note.look_at)[1:-1] in page and "nothing in this run costs enough" not in page
+    sample = _text(route(cache, "/run/sample/overview")[0])
+    assert ids.OVERVIEW_EXPOSED_NOTE not in sample  # its findings name causes: no note
+
+
 def test_bad_url_state_is_said_on_the_page(cache: RunCache) -> None:
     page = _text(route(cache, "/run/sample/timeline", "?step=abc&ranks=x,99&t0=nan")[0])
     assert "step must be a whole number" in page and "t0 must be a finite number" in page

@@ -128,14 +128,30 @@ def evidence_links(cache: RunCache, key: str, finding: Any) -> list[Any]:
     return links
 
 
+def exposed_note_block(cache: RunCache, key: str) -> Any:
+    """The analysis' note on where a large exposed time goes when no finding above info names a cause (the
+    CLI's "Where the exposed time goes"): never a silent overview."""
+    note = getattr(cache.analysis(key), "exposed_note", None)
+    if note is None:
+        return None
+    return html.Div([html.Div([html.Span("where the exposed time goes", className="badge",
+                                         style={"background": SEVERITY_COLOURS.get("medium", "#546e7a")}),
+                               html.Span(note.headline, className="title")]),
+                     html.Div(["Where: ", note.detail]), html.Div(["Look at: ", note.look_at])],
+                    className="finding", id=ids.OVERVIEW_EXPOSED_NOTE,
+                    style={"borderLeftColor": SEVERITY_COLOURS.get("medium", "#999")})
+
+
 def findings_section(cache: RunCache, key: str) -> Any:
     found = cache.findings(key)
+    note = exposed_note_block(cache, key)
     if not found:
-        text = ("No findings: nothing in this run costs enough to report. The table below says where comm time goes."
+        text = ("No findings: no rule names a cause." if note is not None else
+                "No findings: nothing in this run costs enough to report. The table below says where comm time goes."
                 if cache.findings_computed(key) else
                 "This analysis lists no findings. Start from the exposed time by dimension and tier below, and the "
                 "skew page for late ranks.")
-        return html.Div(html.P(text, className="muted"), id=ids.OVERVIEW_FINDINGS)
+        return html.Div([html.P(text, className="muted"), note], id=ids.OVERVIEW_FINDINGS)
     items = []
     step = (cache.analysis(key).totals or {}).get("step_ns")
     for f in found[:MAX_FINDINGS]:
@@ -156,6 +172,8 @@ def findings_section(cache: RunCache, key: str) -> Any:
     more = len(found) - MAX_FINDINGS
     if more > 0:
         items.append(html.P(f"… and {more} more (commprof analyze lists them all).", className="muted"))
+    if note is not None:
+        items.append(note)
     return html.Div(items, id=ids.OVERVIEW_FINDINGS)
 
 

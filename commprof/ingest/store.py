@@ -34,7 +34,6 @@ from commprof.ingest import cache_place
 from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
 from commprof.ingest.formats import RankTrace, extract, rank_from_file_name
-from commprof.ingest.kineto.stream import NotATraceError
 from commprof.ingest.rank_sidecar import clean_sidecar
 from commprof.ingest.runner import ProgressFn, Runner, make_runner
 from commprof.ingest.schema import INGEST_VERSION
@@ -145,6 +144,9 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
               step_range: str | None = None) -> dict[str, Any]:
     """Parse one raw trace and write its tables (runs in a worker process). A cache that cannot be
     written comes back as ``cache_error`` (the whole ingest stops on it, not just this rank)."""
+    # here, not at the top: a cached ``analyze`` never parses, and the stream module costs ~10 ms of imports
+    from commprof.ingest.kineto.stream import NotATraceError
+
     label = entry.label or str(entry.path)
     try:
         digest = cache_place.content_digest(entry.path)  # before the parse: an edit during it shows next time

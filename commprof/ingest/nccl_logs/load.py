@@ -13,11 +13,10 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from commprof.errors import InputError
 from commprof.ingest.discover import regular_file_problem
-from commprof.ingest.nccl_logs.parser import NcclLogs, parse_nccl_logs
 from commprof.ingest.nccl_logs.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml, xml_kind
 
 SNIFF_BYTES = 1 << 20
@@ -28,6 +27,9 @@ NOT_LOGS = frozenset(
 )
 SKIP_DIRS = frozenset({"tables", "__pycache__", "node_modules"})
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from commprof.ingest.nccl_logs.parser import NcclLogs
 
 
 class NoNcclLogs(InputError):
@@ -150,6 +152,9 @@ def _assign_host(xml: TopologyXml, hosts: set[str]) -> None:
 def load_nccl(path: str | Path) -> NcclRun:
     """Find and parse everything NCCL wrote under ``path``. Broken XML dumps are skipped and listed
     in ``logs.stats.skipped_files``; only a missing path or no log at all raises."""
+    # here, not at the top: finding the inputs (every cached ``analyze`` does) needs no parser
+    from commprof.ingest.nccl_logs.parser import parse_nccl_logs
+
     inputs = find_nccl_inputs(path)
     logs = parse_nccl_logs(inputs.logs)
     logs.stats.skipped_files.extend(inputs.skipped)

@@ -49,11 +49,17 @@ fuzz: $(STAMP)  # FUZZ_ARGS="--traces 2000 --logs 1000 --others 600 --operator 3
 # the revision before "one analysis, many views" (issue 9): the analysis must not be slower than it
 BENCH_BASE ?= b7b7cbc
 
-bench: $(STAMP)  # vs HTA on the same files, nsys exports vs a bare SQL scan, then this HEAD vs BENCH_BASE on the real trace and 64 synthetic ranks
+# vs HTA on the same files, nsys exports vs a bare SQL scan, this HEAD vs BENCH_BASE on the real trace and 64
+# synthetic ranks; then issue 24's rows (Kineto, NCCL logs, 5,000 small traces, the dashboard under load), each
+# against a floor measured in the same script, and one table of them all (bench/summary.py). About 25 min.
+bench: $(STAMP)
 	$(BIN)/python bench/bench_ingest.py
 	$(BIN)/python bench/bench_nsys.py $(BENCH_NSYS_ARGS)
 	$(BIN)/python bench/bench_versions.py --base $(BENCH_BASE) $(BENCH_VERSIONS_ARGS)
 	$(BIN)/python bench/bench_kineto.py $(BENCH_KINETO_ARGS)
+	$(BIN)/python bench/bench_nccl.py $(BENCH_NCCL_ARGS)
+	$(BIN)/python bench/bench_small.py $(BENCH_SMALL_ARGS)
+	$(BIN)/python bench/bench_dashboard_load.py $(BENCH_LOAD_ARGS)
 	$(BIN)/python bench/summary.py
 
 bench-kineto: $(STAMP)  # issue 24's Kineto rows: cold/warm analyze vs HTA, ingest MB/s per core, peak RSS of a 0.5 GB trace

@@ -149,6 +149,16 @@ def test_tuning_variants_map_indices_to_names() -> None:
     assert all(t.comm is not None and t.comm.comm_id == "0xabc" for t in logs.tuning)
 
 
+def test_repeated_tuning_message_takes_each_lines_context() -> None:
+    """TUNING parses are cached by message; the op an op-less line borrows from the thread's last
+    COLL line must still be read per line."""
+    coll = "{}: opCount 0 sendbuff 0x1 recvbuff 0x2 count 256 datatype 7 op 0 root 0 comm 0x55d1 [nranks=4] stream 0x9"
+    same = P + "1024 Bytes -> Algo 1 proto 2 time 12.500000"
+    logs = parse(START, P + coll.format("AllReduce"), same, P + coll.format("Broadcast"), same, same)
+    assert [t.op for t in logs.tuning] == ["AllReduce", "Broadcast", "Broadcast"]
+    assert len({id(t) for t in logs.tuning}) == 3
+
+
 def test_coll_line_fields() -> None:
     logs = parse(
         START,

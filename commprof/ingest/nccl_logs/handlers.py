@@ -360,24 +360,15 @@ def version(st: State, h: Head | None, msg: str, file: str) -> str:
 
 
 def tuning(st: State, h: Head, msg: str) -> str:
-    m = pt.TUNING.search(msg)
-    if m is None:
+    fields = pt.tuning_fields(msg)
+    if fields is None:
         return MALFORMED
+    op, nbytes, algo, proto, time_us, lo, hi = fields
     rec = st.current(h.process, h.tid)
-    last = h.process.last_coll_by_tid.get(h.tid, "")
-    op = m["op"] or (last[: last.find(":")] if ":" in last else None)
-    st.tuning.append(
-        Tuning(
-            comm=rec,
-            op=op,
-            nbytes=int(m["bytes"]),
-            algo=pt.algo_name(m["algo"]),
-            proto=pt.proto_name(m["proto"]),
-            time_us=float(m["time"]) if m["time"] else None,
-            channels_lo=_int(m["lo"]),
-            channels_hi=_int(m["hi"]),
-        )
-    )
+    if op is None:
+        last = h.process.last_coll_by_tid.get(h.tid, "")
+        op = last[: last.find(":")] if ":" in last else None
+    st.tuning.append(Tuning(rec, op, nbytes, algo, proto, time_us, lo, hi))
     return "tuning"
 
 

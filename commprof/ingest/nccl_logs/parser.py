@@ -29,7 +29,7 @@ from commprof.ingest.nccl_logs.records import CommRank, Link, ParseStats, Proces
 from commprof.ingest.nccl_logs.scan import Skipped, is_paste, open_text, read_candidates, text_encoding
 from commprof.ingest.nccl_logs.state import Head, State
 
-COLL_CHUNK_ROWS = 200_000
+COLL_CHUNK_ROWS = 25_000  # small enough that little of the polars work is left for the end
 HEAD_CACHE_MAX = 50_000
 
 
@@ -184,6 +184,7 @@ class LogParser:
             st.seq = base + line_no
             fam = self._line(line, file, line_no, heads, counts)
             counts[fam] = counts.get(fam, 0) + 1
+            msgs, comm_idx, proc_idx = self._coll_msgs, self._coll_comm, self._coll_proc  # ``_coll`` may flush
         ctx.line_no = line_no
         ctx.n_coll += n_coll
 

@@ -8,6 +8,7 @@ are quoted from ``shared/reference/nccl-log-formats.md``; each regex names the v
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 HEX = r"0x[0-9a-fA-F]+|\(nil\)"
 # Numbers are bounded where they are read: ranks, devices, channels and ids take at most 9 digits (they
@@ -149,6 +150,23 @@ def proto_name(value: str) -> str:
         idx = int(value)
         return PROTOCOLS[idx] if idx < len(PROTOCOLS) else f"proto{idx}"
     return value
+
+
+# op (None when the line names none), bytes, algo, proto, time_us, channels lo, hi
+TuningFields = tuple[str | None, int, str, str, float | None, int | None, int | None]
+
+
+@lru_cache(maxsize=4096)
+def tuning_fields(msg: str) -> TuningFields | None:
+    """A TUNING message parsed; cached, since a log with TUNING on repeats the same few
+    messages (one per call size) for every collective."""
+    m = TUNING.search(msg)
+    if m is None:
+        return None
+    time_us = float(m["time"]) if m["time"] else None
+    lo, hi = m["lo"], m["hi"]
+    channels = (int(lo) if lo is not None else None, int(hi) if hi is not None else None)
+    return (m["op"], int(m["bytes"]), algo_name(m["algo"]), proto_name(m["proto"]), time_us, *channels)
 
 # Messages as they read once their "host:pid:tid [dev] NCCL INFO " prefix is gone (a log pasted into an issue,
 # a chat, a notebook): enough of them, and no prefixed line, make a file a paste.

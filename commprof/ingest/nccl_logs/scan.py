@@ -19,6 +19,7 @@ import gzip
 import mmap
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,11 +63,31 @@ class Skipped:
 
 def read_candidates(view: mmap.mmap) -> Iterator[str | Skipped]:
     """The file's text where it may hold NCCL lines (whole lines, decoded, line breaks as they were),
-    and counts of the lines between, in file order."""
+    and counts of the lines between, in file order. In a file of several pieces, a worker thread finds
+    the markers of the next piece (polars releases the GIL) while this one counts the lines of the last."""
+    pieces = _pieces(view)
+    first = next(pieces, None)
+    if first is None:
+        return
+    second = next(pieces, None)
+    if second is None:
+        yield from _split(first, _hits(first))
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="commprof-nccl-scan") as pool:
+        cur = (first, pool.submit(_hits, first))
+        nxt = (second, pool.submit(_hits, second))
+        for b in pieces:
+            yield from _split(cur[0], cur[1].result())
+            cur, nxt = nxt, (b, pool.submit(_hits, b))
+        yield from _split(cur[0], cur[1].result())
+        yield from _split(nxt[0], nxt[1].result())
+
+
+def _pieces(view: mmap.mmap) -> Iterator[bytes]:
     start, size = 0, len(view)
     while start < size:
         end = _cut(view, start, size)
-        yield from _split(view[start:end])
+        yield view[start:end]
         start = end
 
 
@@ -86,8 +107,7 @@ def _cut(view: mmap.mmap, start: int, size: int) -> int:
     return size
 
 
-def _split(b: bytes) -> Iterator[str | Skipped]:
-    hits = _hits(b)
+def _split(b: bytes, hits: list[int]) -> Iterator[str | Skipped]:
     if not hits:
         yield _skipped(b, 0, len(b))
         return
@@ -183,13 +203,16 @@ def _count_numpy(b: bytes, a: int, e: int) -> tuple[int, int]:
         _LINE_START = table
     n = e - a
     arr = np.frombuffer(b, dtype=np.uint8, count=n, offset=a)
-    nl = np.flatnonzero(arr == 10)
-    starts = nl + 1
-    if b.find(b"\r", a, e) >= 0:
-        cr = np.flatnonzero(arr == 13)
+    if b.find(b"\r", a, e) >= 0:  # one pass finds both kinds of break (and the few other bytes below 14)
+        brk = np.flatnonzero(arr <= 13)
+        kind = arr[brk]
+        starts = brk[kind == 10] + 1
+        cr = brk[kind == 13]
         after = cr + 1
         lone = cr[(after >= n) | (arr[np.minimum(after, n - 1)] != 10)]
         starts = np.concatenate((starts, lone + 1))
+    else:
+        starts = np.flatnonzero(arr == 10) + 1
     lines = len(starts)
     undecided = starts[starts < n]  # a break ending the region starts no line in it
     blank, slow = 0, []

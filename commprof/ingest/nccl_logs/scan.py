@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import mmap
+import os
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -61,11 +62,13 @@ class Skipped:
     empty: int
 
 
-def read_candidates(view: mmap.mmap) -> Iterator[str | Skipped]:
+def read_candidates(view: mmap.mmap, fd: int | None = None) -> Iterator[str | Skipped]:
     """The file's text where it may hold NCCL lines (whole lines, decoded, line breaks as they were),
     and counts of the lines between, in file order. In a file of several pieces, a worker thread finds
-    the markers of the next piece (polars releases the GIL) while this one counts the lines of the last."""
-    pieces = _pieces(view)
+    the markers of the next piece (polars releases the GIL) while this one counts the lines of the last.
+    ``fd``: the mapped file, read with ``pread`` (a copy from the page cache, ~4x cheaper than faulting the
+    mapping's pages in); the mapping only finds where pieces end."""
+    pieces = _pieces(view, fd)
     first = next(pieces, None)
     if first is None:
         return
@@ -83,11 +86,12 @@ def read_candidates(view: mmap.mmap) -> Iterator[str | Skipped]:
         yield from _split(nxt[0], nxt[1].result())
 
 
-def _pieces(view: mmap.mmap) -> Iterator[bytes]:
+def _pieces(view: mmap.mmap, fd: int | None) -> Iterator[bytes]:
     start, size = 0, len(view)
     while start < size:
         end = _cut(view, start, size)
-        yield view[start:end]
+        piece = os.pread(fd, end - start, start) if fd is not None else b""
+        yield piece if len(piece) == end - start else view[start:end]
         start = end
 
 

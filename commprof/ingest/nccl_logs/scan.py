@@ -139,7 +139,7 @@ def _hits(b: bytes) -> list[int]:
     if b and len(b) < 1 << 32:
         try:
             text = pl.Series([b], dtype=pl.Binary).cast(pl.String)
-        except pl.exceptions.ComputeError:  # not UTF-8
+        except Exception:  # not UTF-8 (ComputeError), or anything else polars refuses: the bytes path below
             pass
         else:
             found: list[int] = text.str.find_many(MARKER_TEXT).item().to_list()

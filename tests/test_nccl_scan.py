@@ -1,4 +1,4 @@
-"""The marker scan of ``nccl_logs.scan`` (issue 24): ``_hits`` finds, in one pass, a start on every line that
+"""The marker scan of ``nccl_logs.scan`` (issue 24): ``_markers_at`` finds, in one pass, a start on every line that
 holds a marker, whether the piece is UTF-8 (polars) or not (``bytes.find``); and files read through it give
 what the line-by-line pass gives at the edges: markers at the file's two ends, pieces cut next to a marker,
 no trailing newline, CRLF and lone CR, prefixes, bytes that are not UTF-8, an empty file, and markers inside
@@ -38,7 +38,7 @@ def _lines_of_hits(b: bytes, hits: list[int]) -> set[int]:
                                  b"\r", b"\xff", b"\xe2\x96\x88", b"\xc2", b"NCC", b"L "]), max_size=40))
 def test_hits_mark_every_line_with_a_marker(parts: list[bytes]) -> None:
     b = b"".join(parts)
-    hits = scan._hits(b)
+    hits = scan._markers_at(b)
     assert hits == sorted(hits)
     for at in hits:
         assert any(b.startswith(m, at) for m in scan.MARKERS)
@@ -47,14 +47,14 @@ def test_hits_mark_every_line_with_a_marker(parts: list[bytes]) -> None:
 
 def test_hits_utf8_and_not_agree() -> None:
     text = "caf\u00e9 NCCL INFO x \u2588\u2588 NVIDIA Tesla\nGeForce NCCL NCCL \n".encode()
-    utf8 = scan._hits(text)
-    bad = scan._hits(text + b"\xff")  # the bytes.find path
+    utf8 = scan._markers_at(text)
+    bad = scan._markers_at(text + b"\xff")  # the bytes.find path
     assert utf8 == bad
     assert utf8 == [6, 25, 32, 38, 46, 51]  # NCCL, NVIDIA, Tesla, GeForce, NCCL, NCCL (bytes, not characters)
 
 
 def test_hits_empty() -> None:
-    assert scan._hits(b"") == []
+    assert scan._markers_at(b"") == []
 
 
 @pytest.fixture(params=[(1 << 22, 2048), (64, 4), (7, 100_000), (1, 1)], ids=["default", "small", "tiny", "bytes"])
@@ -96,3 +96,17 @@ def test_marker_in_last_line_counts(tmp_path: Path) -> None:
     summary, warns, _ = _parse(path, True)
     assert [w["line_no"] for w in warns] == [51]
     assert summary["parse_stats"]["lines_total"] == 51
+
+
+def test_dense_head_is_decoded_whole() -> None:
+    dense = (NCCL + b"\n") * 2000
+    assert scan._hits(dense) is None
+    assert scan._hits(APP * 100 + dense) == scan._markers_at(APP * 100 + dense)  # sparse head: positions
+
+
+@pytest.mark.parametrize("tail", [APP * 2000, APP * 2000 + WARN, b"\r\n".join([NCCL] * 3) + APP * 2000])
+def test_dense_head_then_application_text(tail: bytes, tmp_path: Path) -> None:
+    """The first piece of a job's stdout: NCCL's init lines, then megabytes of other output."""
+    path = tmp_path / "job.out"
+    path.write_bytes((NCCL + b"\n") * 400 + tail)
+    _same(path)

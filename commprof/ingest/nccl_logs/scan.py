@@ -34,6 +34,7 @@ PIECE_BYTES = 4 << 20
 # A piece with a marker every DENSE_BYTES or closer is decoded whole: one line at a time costs more there.
 DENSE_BYTES = 2048
 NUMPY_BYTES = 1 << 16  # regions this long count their lines with numpy (imported only then)
+SAMPLE_BYTES = 1 << 16  # a piece whose first 64 KB are dense in markers is taken as dense without a full search
 MARKERS = (b"NCCL ", b"NVIDIA", b"GeForce", b"Tesla")
 MARKER_TEXT = [m.decode() for m in MARKERS]
 
@@ -111,11 +112,11 @@ def _cut(view: mmap.mmap, start: int, size: int) -> int:
     return size
 
 
-def _split(b: bytes, hits: list[int]) -> Iterator[str | Skipped]:
-    if not hits:
+def _split(b: bytes, hits: list[int] | None) -> Iterator[str | Skipped]:
+    if hits is not None and not hits:
         yield _skipped(b, 0, len(b))
         return
-    if len(b) // len(hits) < DENSE_BYTES:
+    if hits is None or len(b) // len(hits) < DENSE_BYTES:
         yield b.decode("utf-8", "replace")
         return
     pos = 0
@@ -132,10 +133,19 @@ def _split(b: bytes, hits: list[int]) -> Iterator[str | Skipped]:
         yield _skipped(b, pos, len(b))
 
 
-def _hits(b: bytes) -> list[int]:
+def _hits(b: bytes) -> list[int] | None:
     """Where the markers start in ``b``, in order (at least one per line that holds any): one pass of
     polars' Aho-Corasick over the piece (several times faster than a ``bytes.count`` per marker) when the
-    piece is UTF-8, else a ``bytes.find`` loop per marker."""
+    piece is UTF-8, else a ``bytes.find`` loop per marker. None when the piece's head is dense in ``NCCL ``
+    (an all-NCCL log): it is decoded whole, and listing its hundred thousand markers would cost more than
+    the count it replaces."""
+    head = b.count(b"NCCL ", 0, SAMPLE_BYTES)
+    if head and min(len(b), SAMPLE_BYTES) // head < DENSE_BYTES:
+        return None
+    return _markers_at(b)
+
+
+def _markers_at(b: bytes) -> list[int]:
     if b and len(b) < 1 << 32:
         try:
             text = pl.Series([b], dtype=pl.Binary).cast(pl.String)

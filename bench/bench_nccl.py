@@ -6,8 +6,10 @@ The rare case is one file of ``--rare-mb`` MB (default 1024; a smaller one while
 output (timestamps, ``[rank3]:`` and pod prefixes, tracebacks, blank and \r\n lines, UTF-8 bars) with the
 first and second half of a 16-rank synthetic NCCL log before and after it. It is timed three ways: the parse
 alone, ``commprof topology`` and ``commprof analyze`` (cold cache) as whole processes on a run directory
-with the log in ``raw/nccl/``. Floors, measured in the same script: a bare Python line pass over the same
-bytes (text mode, as the line-by-line parser reads) and a bare scan of them for ``NCCL `` (mmap, bytes.count).
+with the log in ``raw/nccl/``, in wall time and in CPU time (user + sys of the process and its threads; the
+steadier figure on a shared machine, printed with the new/base ratio). Floors, measured in the same script:
+a bare Python line pass over the same bytes (text mode, as the line-by-line parser reads) and a bare scan of
+them for ``NCCL `` (mmap, bytes.count).
 
 The log (16 nodes x 8 GPUs, NCCL 2.26, COLL lines, one file per process; see
 tests/fixtures/nccl/gen_128rank.py) is generated into a temp folder, about ``--size-mb`` MB. Each

@@ -8,6 +8,7 @@ import json
 import mmap
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -71,13 +72,15 @@ def marker_scan_s(path: Path) -> float:
     return time.perf_counter() - t0
 
 
-def whole_process_s(checkout: Path, args: list[str]) -> float:
+def whole_process_s(checkout: Path, args: list[str]) -> tuple[float, float]:
+    """Wall and CPU (user + sys, all its threads) seconds of one ``commprof`` process."""
     with tempfile.TemporaryDirectory(prefix="bench-nccl-cache-") as cache:
         env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONDONTWRITEBYTECODE": "1", "COMMPROF_CACHE_DIR": cache}
-        t0 = time.perf_counter()
+        t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, "-m", "commprof", *args, "--format", "json", "-o", str(Path(cache) / "o.json")],
                        check=True, capture_output=True, env=env, cwd=checkout)
-        return time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.perf_counter() - t0, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
 
 
 def row(work: str, now: float, floor: float | None, floor_what: str, target: str, base: float | None = None,
@@ -113,20 +116,32 @@ def bench_rare(tmp: Path, size_mb: float, checkouts: dict[str, Path], repeat: in
     os.link(run / "raw" / "nccl" / "job.out", alone / "job.out")
     print(f"application log: {size / 1e6:.0f} MB, NCCL lines at both ends")
     times: dict[str, dict[str, list[float]]] = {n: {"parse": [], "topology": [], "analyze": []} for n in checkouts}
+    cpu: dict[str, dict[str, list[float]]] = {n: {"parse": [], "topology": [], "analyze": []} for n in checkouts}
     floors: dict[str, list[float]] = {"lines": [], "scan": []}
     for _ in range(repeat):
         floors["lines"].append(line_pass_s([alone / "job.out"]))
         floors["scan"].append(marker_scan_s(alone / "job.out"))
         for name in sorted(checkouts):
-            times[name]["parse"].append(run_child(checkouts[name], alone)["parse_s"])
-            times[name]["topology"].append(whole_process_s(checkouts[name], ["topology", str(run)]))
-            times[name]["analyze"].append(whole_process_s(checkouts[name], ["analyze", str(run)]))
+            child = run_child(checkouts[name], alone)
+            times[name]["parse"].append(child["parse_s"])
+            cpu[name]["parse"].append(child["parse_cpu_s"])
+            for tool in ("topology", "analyze"):
+                wall, used = whole_process_s(checkouts[name], [tool, str(run)])
+                times[name][tool].append(wall)
+                cpu[name][tool].append(used)
     mb = size / 1e6
     rate = {n: {k: mb / statistics.median(v) for k, v in t.items()} for n, t in times.items()}
     line_floor, scan_floor = (mb / statistics.median(v) for v in floors.values())
+    cpu_rate = {n: {k: mb / statistics.median(v) for k, v in t.items()} for n, t in cpu.items()}
     for name, r in rate.items():
+        c = cpu_rate[name]
         print(f"{name:>4}: parse {mb / r['parse']:.2f} s, topology {mb / r['topology']:.2f} s, "
-              f"analyze {mb / r['analyze']:.2f} s (whole processes, cold cache)")
+              f"analyze {mb / r['analyze']:.2f} s (whole processes, cold cache); CPU: parse {mb / c['parse']:.2f} s, "
+              f"topology {mb / c['topology']:.2f} s, analyze {mb / c['analyze']:.2f} s "
+              f"= {c['parse']:.0f} / {c['topology']:.0f} / {c['analyze']:.0f} MB per CPU-second")
+    if "base" in cpu_rate:
+        print("new / base speed, CPU (steadier on a shared machine): " + ", ".join(
+            f"{k} {cpu_rate['new'][k] / cpu_rate['base'][k]:.2f}" for k in ("parse", "topology", "analyze")))
     print(f"floors: line pass {line_floor:.0f} MB/s, marker scan {scan_floor:.0f} MB/s")
     base = rate.get("base", {})
     label = f"{mb:.0f} MB application log, NCCL lines at both ends"

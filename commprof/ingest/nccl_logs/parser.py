@@ -110,14 +110,14 @@ class LogParser:
                 view = None
             except OSError:
                 return False
-        ctx = self._begin(name)
-        if view is not None:
-            with view:
-                for part in read_candidates(view):
-                    if isinstance(part, Skipped):
-                        ctx.skip(part)
-                    else:
-                        self._feed(io.StringIO(part, newline=None), ctx)
+            ctx = self._begin(name)
+            if view is not None:
+                with view:
+                    for part in read_candidates(view, raw.fileno()):
+                        if isinstance(part, Skipped):
+                            ctx.skip(part)
+                        else:
+                            self._feed(io.StringIO(part, newline=None), ctx)
         self._end(ctx)
         return True
 

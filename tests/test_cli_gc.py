@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 import pytest
@@ -63,3 +67,29 @@ def test_help_lists_commands_and_restores(probe: list[tuple[int, int, int]]) -> 
     assert result.exit_code == 0
     assert "probe" in result.output and "dashboard" in result.output
     assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_objects_are_frozen_before_the_teardown(tmp_path: Path) -> None:
+    """In a real process the freeze is registered once (however often the CLI runs) and runs after the
+    exit handlers registered later (the command's), before those registered earlier; the exit status and
+    output are the command's."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import atexit, gc\n"
+        "import commprof.cli as cli\n"
+        "atexit.register(lambda: print('earlier handler, frozen:', gc.get_freeze_count() > 0, flush=True))\n"
+        "for _ in range(2):\n"
+        "    try:\n"
+        "        cli.main(['--version'])\n"
+        "    except SystemExit as stop:\n"
+        "        code = stop.code\n"
+        "print('registered once:', cli._freeze_at_exit == [True], flush=True)\n"
+        "atexit.register(lambda: print('later handler, frozen:', gc.get_freeze_count() > 0, flush=True))\n"
+        "raise SystemExit(3 if code == 0 else 4)\n",
+        encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 3, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum("version" in line for line in lines) == 2
+    assert lines[-3:] == ["registered once: True", "later handler, frozen: False", "earlier handler, frozen: True"]

@@ -17,7 +17,7 @@ import polars as pl
 
 from commprof.analyzers import summaries as sm
 from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
-from commprof.analyzers.classify import Layout, check_layout, classify_dimensions
+from commprof.analyzers.classify import check_layout, classify_dimensions
 from commprof.analyzers.distribution import rank_distribution
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
 from commprof.analyzers.findings import Finding, rank_findings
@@ -34,6 +34,7 @@ from commprof.analyzers.overlap import (
     stack,
 )
 from commprof.analyzers.sanity import DOUBTFUL_SCHEMA, check_ranks
+from commprof.analyzers.settings import AnalysisSettings
 from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
 from commprof.analyzers.traffic import traffic_matrix
 from commprof.analyzers.whatif import WhatIf
@@ -43,17 +44,6 @@ from commprof.vocab import UNKNOWN
 
 if TYPE_CHECKING:  # the findings modules load with the findings step (lazily, like the rules)
     from commprof.analyzers.exposed import ExposedNote
-
-
-@dataclass(frozen=True)
-class AnalysisSettings:
-    hta_compat: bool = False
-    top: int = 10
-    layout: Layout | None = None  # --layout: decides dimensions before names and structure
-    network: str | None = None  # --network ib|roce|ethernet: groups across nodes when nothing else says
-    gpus_per_node: int | None = None  # --gpus-per-node: hosts = rank // N when traces carry none
-    peaks: dict[str, float] = field(default_factory=dict)  # --peak: GB/s per tier, over the defaults
-    what_if: tuple[str, ...] = ()  # --what-if changes, estimated together (analyzers/whatif.py)
 
 
 @dataclass(frozen=True)

@@ -65,12 +65,14 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
     per communicator."""
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
-    from commprof.analyzers.pipeline import AnalysisSettings
-    from commprof.analyzers.whatif import parse_change
-    from commprof.report import analysis_json, analysis_text
+    from commprof.analyzers.settings import AnalysisSettings
+    from commprof.report import analysis_json, analysis_text, report_cache
 
-    for change in what_if:  # bad values end here, as one line, before the run is read
-        parse_change(change)
+    if what_if:  # bad values end here, as one line, before the run is read
+        from commprof.analyzers.whatif import parse_change
+
+        for change in what_if:
+            parse_change(change)
 
     settings = AnalysisSettings(
         hta_compat=hta_compat, top=top, layout=parse_layout(layout) if layout else None, network=network,
@@ -84,9 +86,14 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
     with work_session(workers, scheduler) as (runner, progress):
         run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
                                      allow_partial=allow_partial, step_range=step_range)
-        analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
-    _write(analysis_json.build(analysis), fmt, output, render=analysis_text.render_text,
-           markdown=analysis_text.render_markdown)
+        # unchanged inputs, options and code: the report of the last such run (commprof/report/report_cache.py)
+        key = report_cache.key(run, settings, {"ranks": subset, "allow_partial": allow_partial,
+                                               "step_range": step_range})
+        report = report_cache.load(run, key)
+        if report is None:
+            report = analysis_json.build(commprof.analyze(run, settings, runner=runner, progress=progress))
+            report_cache.store(run, key, report)
+    _write(report, fmt, output, render=analysis_text.render_text, markdown=analysis_text.render_markdown)
 
 
 def _write(report: dict[str, Any], fmt: str, output: Path | None, render: Callable[[dict[str, Any], Any], None],

@@ -1,0 +1,160 @@
+"""The ``analyze`` report kept beside the table cache: a warm ``analyze`` of unchanged inputs, with the same
+options and the same commprof, answers from it instead of analysing again (issue 24).
+
+This hides the analysis from a warm run (~0.1 s of polars queries and ~50 ms of analyzer imports on the
+53.7 MB real Kineto trace); the cold run and any change pay it in full. A report is used only when all of
+these are what they were when it was written (the key, a SHA-256 over them):
+
+* the code: path, size and mtime of every ``.py`` file of the ``commprof`` package and of its analyzers,
+  and the versions of Python, polars and numpy;
+* the options: the analysis settings (every analysis flag), ``--ranks``, ``--allow-partial``,
+  ``--step-range``, and every ``COMMPROF_*`` environment variable but the cache folder's;
+* the inputs: path, size, mtime, ctime and inode of every file under the run (links to folders followed,
+  each real folder once; the table cache left out; a trace as the ingest saw it before reading it), or of
+  the one trace file — so a trace or a sidecar (NCCL log, Flight Recorder dump, topology file, manifest)
+  added, removed or rewritten is a new key — and the warnings of opening the run.
+
+Only a report that survives a JSON round trip unchanged (tuples read back as lists) is kept, so the one
+read back is the one built; its ``generated_at`` is that of the run that reads it. A folder of more than
+``MAX_FILES`` files is not fingerprinted: it is analysed every time. ``COMMPROF_REPORT_CACHE=0`` turns the
+reports off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+KEY_VERSION = 1
+FOLDER = "reports"  # under the run's table cache
+KEEP = 8  # reports kept per table cache (one per option set), the oldest removed first
+MAX_FILES = 200_000
+
+
+def enabled() -> bool:
+    return os.environ.get("COMMPROF_REPORT_CACHE", "1") != "0"
+
+
+def _stat_row(path: str, rel: str) -> str:
+    st = os.stat(path)
+    return f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}"
+
+
+def _code_rows() -> list[str]:
+    import commprof
+    import commprof.analyzers
+
+    rows: list[str] = []
+    folders = {os.path.dirname(os.path.abspath(commprof.__file__)), *map(os.path.abspath, commprof.analyzers.__path__)}
+    for top in sorted(folders):
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            rows.extend(_stat_row(os.path.join(folder, f), os.path.join(folder, f)) for f in sorted(files)
+                        if f.endswith(".py"))
+    return rows
+
+
+def _input_rows(path: Path, entries: list[Any], cache: Path) -> list[str] | None:
+    """One row per input file; None when the run is too big to fingerprint. A trace's row is the stat the
+    ingest saw before it read the trace (``FileEntry.stat_key``), so a trace rewritten while it was being
+    read cannot leave a report keyed on its new state."""
+    seen_by_ingest = {os.path.realpath(e.path): e for e in entries}
+    rows = [f"{e.path}\0{e.stat_key}" for e in entries]
+    skip = os.path.realpath(cache)
+    if path.is_dir():
+        walked: set[str] = set()
+        for folder, dirs, files in os.walk(path, followlinks=True):
+            real = os.path.realpath(folder)
+            if real in walked or real == skip or real.startswith(skip + os.sep):
+                dirs[:] = []
+                continue
+            walked.add(real)
+            dirs.sort()
+            for f in sorted(files):
+                full = os.path.join(folder, f)
+                if os.path.realpath(full) not in seen_by_ingest:
+                    rows.append(_stat_row(full, os.path.relpath(full, path)))
+            if len(rows) > MAX_FILES:
+                return None
+    elif os.path.realpath(path) not in seen_by_ingest:
+        rows.append(_stat_row(str(path), str(path)))
+    return rows
+
+
+def key(run: Any, settings: Any, options: dict[str, Any]) -> str | None:
+    """The report's key for this run, settings and options; None when no report is to be used."""
+    if not enabled():
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    import polars
+
+    try:
+        numpy_version = version("numpy")  # not `import numpy`: a report read back needs no numpy
+    except PackageNotFoundError:
+        numpy_version = "?"
+
+    try:
+        inputs = _input_rows(Path(run.path), list(run.ingested.entries), Path(run.ingested.cache))
+        if inputs is None:
+            return None
+        code = _code_rows()
+    except OSError:
+        return None
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("COMMPROF_") and k != "COMMPROF_CACHE_DIR")
+    parts = [str(KEY_VERSION), sys.version, polars.__version__, numpy_version, str(os.path.abspath(run.path)),
+             repr(settings), json.dumps(options, sort_keys=True, default=str), json.dumps(env),
+             json.dumps(list(run.warnings)), *code, "\1", *inputs]
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _file(run: Any, digest: str) -> Path:
+    return Path(run.ingested.cache) / FOLDER / f"{digest}.json"
+
+
+def load(run: Any, digest: str | None) -> dict[str, Any] | None:
+    """The report kept under ``digest``, with this run's ``generated_at``; None when there is none."""
+    if digest is None:
+        return None
+    try:
+        report = json.loads(_file(run, digest).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or "generated_at" not in report:
+        return None
+    report["generated_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return report
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as JSON gives it back: tuples as lists (the report holds a few empty tuples)."""
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_json(v) for v in value]
+    return value
+
+
+def store(run: Any, digest: str | None, report: dict[str, Any]) -> None:
+    """Keep ``report`` under ``digest`` (best effort: a cache that cannot be written is no error)."""
+    if digest is None:
+        return
+    from commprof.safe_write import atomic_write_text, remove_quietly
+
+    text = json.dumps(report)
+    if json.loads(text) != _as_json(report):  # read back, it would not be the report built: keep none
+        return
+    target = _file(run, digest)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(target, text, "the analyze report cache")
+        kept = sorted(target.parent.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    except Exception:  # noqa: BLE001 - a read-only or full cache folder must not fail the command
+        return
+    for old in kept[KEEP:]:
+        remove_quietly(old)

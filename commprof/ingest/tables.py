@@ -7,6 +7,8 @@ holds one rank's intervals in memory at once.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,13 +34,34 @@ class RunFacts:
 
 
 @dataclass(frozen=True)
+class RowSlice:
+    """One rank's rows in a Parquet file that small traces parsed together share (commprof.ingest.store):
+    ``offset`` and ``length`` in rows; ``sharers``: how many ranks' rows the file holds."""
+
+    path: Path
+    offset: int
+    length: int
+    sharers: int = 1
+
+    def stat(self) -> os.stat_result:
+        """The file's stat, its size cut to this rank's share (what a task's weight follows)."""
+        st = self.path.stat()
+        fields = list(st)
+        fields[stat.ST_SIZE] = st.st_size // max(1, self.sharers)
+        return os.stat_result(fields)
+
+
+IntervalSource = Path | RowSlice
+
+
+@dataclass(frozen=True)
 class RunTables:
     facts: RunFacts
     ranks: pl.DataFrame  # one row per traced rank
     process_groups: pl.DataFrame  # groups seen by any rank, merged by name; analyzers add dimension and tier
     collectives: pl.DataFrame  # one row per rank and call, ``call`` numbering a rank's calls
     step_marks: pl.DataFrame  # ProfilerStep marks per rank
-    interval_files: tuple[tuple[int, Path], ...]  # (rank, Parquet file of its intervals)
+    interval_files: tuple[tuple[int, IntervalSource], ...]  # (rank, Parquet file of its intervals, or its rows)
     sidecars: SidecarTables = field(default_factory=empty_sidecars)
     warnings: tuple[str, ...] = ()
 
@@ -60,8 +83,9 @@ class RunTables:
         return pl.concat(scans, how="vertical_relaxed").collect()
 
 
-def _scan_rank(rank: int, path: Path, columns: Sequence[str] | None) -> pl.LazyFrame:
-    scan = pl.scan_parquet(path)
+def _scan_rank(rank: int, path: IntervalSource, columns: Sequence[str] | None) -> pl.LazyFrame:
+    scan = pl.scan_parquet(path.path).slice(path.offset, path.length) if isinstance(path, RowSlice) \
+        else pl.scan_parquet(path)
     if columns is not None:
         names = scan.collect_schema().names()
         scan = scan.select([c for c in columns if c in names])
@@ -69,7 +93,7 @@ def _scan_rank(rank: int, path: Path, columns: Sequence[str] | None) -> pl.LazyF
     return scan.with_columns(pl.lit(rank, pl.Int32).alias("rank")) if columns is None or "rank" in columns else scan
 
 
-def read_rank_intervals(rank: int, path: Path, columns: Sequence[str] | None = None) -> pl.DataFrame:
+def read_rank_intervals(rank: int, path: IntervalSource, columns: Sequence[str] | None = None) -> pl.DataFrame:
     """One rank's intervals from its Parquet file (also what a worker process calls: a path in, a
     frame out)."""
     return _scan_rank(rank, path, columns).collect()

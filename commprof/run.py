@@ -76,7 +76,11 @@ class Run:
         assumed from file order get their rank written over the file's. Unless ``as_read``, a group named by
         two sources has one name (see ``group_union``)."""
         # each file once (small traces share a batch's file), each rank its rows of it
-        frames = store.read_tables(self.ingested.cache, name, [(rf.entry, rf.meta) for rf in self.rank_files])
+        traces = [(rf.entry, rf.meta) for rf in self.rank_files]
+        if traces and not as_read and (name == "process_groups"
+                                       or all(rf.meta.get("rank") == rf.rank for rf in self.rank_files)):
+            return self._united(store.read_rows(self.ingested.cache, name, traces).lazy(), name)
+        frames = store.read_tables(self.ingested.cache, name, traces)
         scans = []
         for rf, scan in zip(self.rank_files, frames, strict=True):
             if rf.meta.get("rank") != rf.rank and name != "process_groups":

@@ -220,3 +220,22 @@ def test_parallel_parse_gives_the_same_tables(
     assert pools == [2]
     assert (serial.ingested.parsed, parallel.ingested.parsed) == (4, 4)
     assert_same_tables(serial, parallel)
+
+
+def test_rows_read_at_once_equal_each_trace_read_alone(sample_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from commprof.ingest.tables import RowSlice, read_rank_intervals
+
+    monkeypatch.setattr(store, "BATCH_MAX_FILES", 3)  # a batch of three and a trace alone
+    run = commprof.open_run(sample_run, jobs=1)
+    traces = [(e, run.ingested.meta_of(e)) for e in run.ingested.entries]
+    assert len({store.part_file(m, e.stem) for e, m in traces}) == 2
+    for order in (traces, traces[::-1], traces[1:3] + traces[:1]):
+        for table in store.TABLES:
+            alone = pl.concat(store.read_tables(run.ingested.cache, table, order), how="vertical_relaxed")
+            assert_frame_equal(store.read_rows(run.ingested.cache, table, order), alone)
+    for rank, source in run.tables().interval_files:
+        rf = next(r for r in run.rank_files if r.rank == rank)
+        own = store.read_table(run.ingested, "intervals", rf.entry).with_columns(pl.lit(rank, pl.Int32).alias("rank"))
+        assert isinstance(source, RowSlice) == (store.part_rows(rf.meta, "intervals") is not None)
+        assert_frame_equal(read_rank_intervals(rank, source), own)
+        assert_frame_equal(read_rank_intervals(rank, source, ["kind", "start_ns"]), own.select("kind", "start_ns"))

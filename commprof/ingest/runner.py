@@ -138,6 +138,9 @@ def pooled(fn: Callable[..., Any], *args: Any) -> Outcome:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except (OSError, AttributeError):
             pass  # not glibc
+        # what the trim could not hand back is held (modules, caches): the next trim waits for as much growth
+        # again, or every later task of the worker would pay one (5,000 small ranks: ~2 minutes of CPU)
+        _worker_base_rss[0] = max(_worker_base_rss[0], _rss_bytes())
     return outcome
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from commprof.errors import CommprofError, InputError, TruncatedTraceError
@@ -559,15 +560,41 @@ def read_table(ingested: Ingested, table: str, entry: FileEntry, meta: dict[str,
 
 def read_tables(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, Any]]]) -> list[pl.DataFrame]:
     """Each trace's rows of ``table``, in order; a file shared by several of them is read once."""
-    files: dict[Path, pl.DataFrame] = {}
-    out = []
+    files, pieces = _read_parts(cache, table, traces)
+    return [files[k] if rows is None else files[k].slice(*rows) for k, rows in pieces]
+
+
+def read_rows(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, Any]]]) -> pl.DataFrame:
+    """The traces' rows of ``table`` as one frame, trace after trace (as the concatenation of
+    :func:`read_tables`' frames, with ``vertical_relaxed``): each file read once, the rows gathered at once."""
+    files, pieces = _read_parts(cache, table, traces)
+    if not files:
+        raise ValueError("no traces")
+    starts = np.cumsum([0] + [f.height for f in files[:-1]])
+    spans = [(int(starts[k]), files[k].height) if rows is None else (int(starts[k]) + rows[0], rows[1])
+             for k, rows in pieces]
+    whole = pl.concat(files, how="vertical_relaxed") if len(files) > 1 else files[0]
+    if spans == list(zip(starts.tolist(), [f.height for f in files], strict=True)):
+        return whole  # every file whole, in order
+    idx = np.concatenate([np.arange(a, a + n, dtype=np.int64) for a, n in spans]) if spans else np.zeros(0, np.int64)
+    return whole.select(pl.all().gather(pl.Series(idx)))
+
+
+def _read_parts(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, Any]]]
+                ) -> tuple[list[pl.DataFrame], list[tuple[int, tuple[int, int] | None]]]:
+    """The distinct files that hold the traces' rows (each read once) and, per trace, (which file, its rows)."""
+    folder = cache / table
+    order: dict[str, int] = {}
+    files: list[pl.DataFrame] = []
+    pieces = []
     for entry, meta in traces:
-        path = table_file(cache, table, entry, meta)
-        if path not in files:
-            files[path] = pl.read_parquet(path)
-        rows = part_rows(meta, table)
-        out.append(files[path] if rows is None else files[path].slice(*rows))
-    return out
+        name = part_file(meta, entry.stem)
+        k = order.get(name)
+        if k is None:
+            k = order[name] = len(files)
+            files.append(pl.read_parquet(folder / f"{name}.parquet"))
+        pieces.append((k, part_rows(meta, table)))
+    return files, pieces
 
 
 def cached_tables(cache: Path) -> dict[str, pl.DataFrame]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -136,7 +137,7 @@ MIN_PEERS = 3  # a group this large is its own reference for work; a pair is com
 
 
 def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, members: list[int],
-                   stage_of: dict[int, int] | None = None) -> Evidence:
+                   stage_of: dict[int, int] | None = None, memo: dict[Any, pl.DataFrame] | None = None) -> Evidence:
     """(median excess over the other ranks' median, steps above, steps compared, chance by luck) of one
     rank's work in the judged steps; None where no step has its work and another rank's. The others are
     the group's members (they do the same work: one pipeline stage's TP group, one DP group), or every traced
@@ -144,12 +145,18 @@ def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, membe
     cases only the ranks of its own pipeline stage (``stage_of``): another stage holds other layers."""
     if work is None or work.height == 0:
         return None, 0, 0, None
-    w = work.filter(pl.col("step").is_in(steps))
-    if len(members) >= MIN_PEERS:
-        w = w.filter(pl.col("rank").is_in(members))
-    if stage_of:
-        mine_stage = stage_of.get(rank)
-        w = w.filter(pl.col("rank").is_in([r for r in w["rank"].unique().to_list() if stage_of.get(r) == mine_stage]))
+    # the comparison set depends on the rank only through its stage: ``memo`` keeps it per stage for the
+    # group's other ranks (per rank, a group of 5,000 filtered the run's work 5,000 times)
+    key = stage_of.get(rank) if stage_of else None
+    w = memo.get(key) if memo is not None else None
+    if w is None:
+        w = work.filter(pl.col("step").is_in(steps))
+        if len(members) >= MIN_PEERS:
+            w = w.filter(pl.col("rank").is_in(members))
+        if stage_of:
+            w = w.filter(pl.col("rank").is_in([r for r in w["rank"].unique().to_list() if stage_of.get(r) == key]))
+        if memo is not None:
+            memo[key] = w
     mine = dict(w.filter(pl.col("rank") == rank).select("step", "work_ns").iter_rows())
     others = w.filter(pl.col("rank") != rank).group_by("step").agg(pl.col("work_ns").median().alias("m"),
                                                                      pl.len().alias("k"))
@@ -223,7 +230,8 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
     for _, owner in sorted(((v, i) for i in range(m) for v in table[i] if v > 0), key=lambda t: -t[0])[:n]:
         tops[owner] += 1
     excess = [float(np.median(table[i] - np.median(np.delete(table, i, axis=0), axis=0))) for i in range(m)]
-    evidence = [_work_evidence(r, steps, work, ranks, stage_of) for r in ranks]
+    memo: dict[Any, pl.DataFrame] = {}
+    evidence = [_work_evidence(r, steps, work, ranks, stage_of, memo) for r in ranks]
     best = max(range(m), key=lambda i: (tops[i], excess[i]))
     picks = [best] if table[best].max() > 0 else []
     worker = max(range(m), key=lambda i: (evidence[i][1], evidence[i][0] or 0.0))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -39,7 +38,7 @@ from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
 from commprof.analyzers.traffic import traffic_matrix
 from commprof.analyzers.whatif import WhatIf
 from commprof.ingest.runner import LocalPool, ProgressFn, Runner
-from commprof.ingest.tables import RunFacts, RunTables
+from commprof.ingest.tables import IntervalSource, RunFacts, RunTables
 from commprof.vocab import UNKNOWN
 
 if TYPE_CHECKING:  # the findings modules load with the findings step (lazily, like the rules)
@@ -168,7 +167,7 @@ def step_overlap(w: _Work) -> None:
         w.spans = stack(spans, SPANS_SCHEMA)
 
 
-def _size(path: Path) -> int:
+def _size(path: IntervalSource) -> int:
     try:
         return path.stat().st_size
     except OSError:

@@ -2,7 +2,9 @@
 5,000, about 4 kB of gzip each, from ``commprof synth``: 1 step, 1 layer, 1 micro-batch, tp=8, pp=25), cold
 cache, as a whole process: wall seconds and peak RSS, this checkout (and ``--base``), interleaved. The floor,
 measured in the same script: reading the same files' bytes, gunzip and a bare JSON decode (msgspec) of each,
-in one process. Rows go to ``.bench/small.json``.
+in one process. Rows go to ``.bench/small.json``. What a small trace costs, and where, is in docs/scale.md
+("Where the time goes"); small traces are parsed up to 64 to a task into one Parquet file per table
+(commprof.ingest.store).
 
     python bench/bench_small.py [--ranks 5000] [--repeat 1] [--base /tmp/base] [--keep DIR]
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,7 +19,7 @@ from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
 
 if TYPE_CHECKING:
     from commprof.ingest.group_union import GroupUnion
-    from commprof.ingest.tables import RunTables
+    from commprof.ingest.tables import RowSlice, RunTables
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Run:
     def rank_tables(self, table: str) -> Iterator[tuple[RankFile, pl.DataFrame]]:
         """One rank at a time, so analyses of huge runs hold one rank in memory."""
         for rf in self.rank_files:
-            frame = store.read_table(self.ingested, table, rf.entry)
+            frame = store.read_table(self.ingested, table, rf.entry, rf.meta)
             if frame.height and "rank" in frame.columns and frame["rank"][0] != rf.rank:
                 frame = frame.with_columns(pl.lit(rf.rank, pl.Int32).alias("rank"))
             yield rf, self._united(frame.lazy(), table).collect()
@@ -74,16 +75,21 @@ class Run:
         """One lazy scan over the ranks' Parquet files (read in parallel by polars). Ranks that were
         assumed from file order get their rank written over the file's. Unless ``as_read``, a group named by
         two sources has one name (see ``group_union``)."""
+        # each file once (small traces share a batch's file), each rank its rows of it
+        traces = [(rf.entry, rf.meta) for rf in self.rank_files]
+        if traces and not as_read and (name == "process_groups"
+                                       or all(rf.meta.get("rank") == rf.rank for rf in self.rank_files)):
+            return self._united(store.read_rows(self.ingested.cache, name, traces).lazy(), name)
+        frames = store.read_tables(self.ingested.cache, name, traces)
         scans = []
-        for rf in self.rank_files:
-            scan = pl.scan_parquet(self.ingested.cache / name / f"{rf.entry.stem}.parquet")
+        for rf, scan in zip(self.rank_files, frames, strict=True):
             if rf.meta.get("rank") != rf.rank and name != "process_groups":
                 scan = scan.with_columns(pl.lit(rf.rank, pl.Int32).alias("rank"))
             if as_read and name == "process_groups":
                 scan = scan.with_columns(pl.lit(rf.rank, pl.Int32).alias("lister"),
                                          pl.lit(rf.meta.get("source", "kineto")).alias("source"))
             scans.append(scan)
-        frame = pl.concat(scans, how="vertical_relaxed") if scans else pl.LazyFrame()
+        frame = pl.concat(scans, how="vertical_relaxed").lazy() if scans else pl.LazyFrame()
         return frame if as_read else self._united(frame, name)
 
     def _united(self, frame: pl.LazyFrame, name: str) -> pl.LazyFrame:
@@ -158,7 +164,9 @@ class Run:
         if not self.rank_files:
             return pl.DataFrame(schema=PROCESS_GROUPS)
         merged = (
-            self._scan("process_groups").collect()
+            # a row listed alike by many ranks once (every trace lists the default group's every rank: 5,000
+            # ranks make 25M items to explode below); the first of each stays, in order, so nothing else changes
+            self._scan("process_groups").unique(maintain_order=True).collect()
             .with_columns(pl.col("ranks").list.len().alias("_n"))
             .sort("_n", descending=True, maintain_order=True)  # ties in rank order: the same page every time
             .group_by("pg", maintain_order=True)
@@ -204,10 +212,21 @@ class Run:
             modes=tuple(sorted(set(ranks["mode"].drop_nulls().to_list()))),
             manifest=self.manifest,
         )
-        files = tuple((rf.rank, self.ingested.cache / "intervals" / f"{rf.entry.stem}.parquet")
-                      for rf in self.rank_files)
+        shared = Counter(store.part_file(rf.meta, rf.entry.stem) for rf in self.rank_files)
+        files = tuple((rf.rank, _interval_source(self.ingested.cache, rf, shared)) for rf in self.rank_files)
         return RunTables(facts, ranks, self.process_groups, collectives, self.step_marks, files, sidecars,
                          tuple(self.warnings) + self.group_union.warnings + sidecars.warnings)
+
+
+def _interval_source(cache: Path, rf: RankFile, shared: Counter[str]) -> Path | RowSlice:
+    """Where a rank's intervals are: its own file, or its rows of its batch's file (weighed as its share)."""
+    from commprof.ingest.tables import RowSlice
+
+    path = store.table_file(cache, "intervals", rf.entry, rf.meta)
+    rows = store.part_rows(rf.meta, "intervals")
+    if rows is None:
+        return path
+    return RowSlice(path, rows[0], rows[1], shared[store.part_file(rf.meta, rf.entry.stem)])
 
 
 def _corrupt_traces(ingested: store.Ingested, allow_partial: bool) -> list[str]:
@@ -354,7 +373,7 @@ def _step_range_warnings(ingested: store.Ingested, rank_files: list[RankFile], s
         return [] if step_range is None else [
             f"--step-range {step_range!r} applies to Nsight Systems exports and this run has none "
             "(Kineto traces mark steps with ProfilerStep#N): ignored"]
-    unmatched = [rf.rank for rf in exports if store.read_table(ingested, "step_marks", rf.entry).height == 0]
+    unmatched = [rf.rank for rf in exports if store.read_table(ingested, "step_marks", rf.entry, rf.meta).height == 0]
     if not unmatched:
         return []
     which = "any export" if len(unmatched) == len(exports) else \

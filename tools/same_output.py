@@ -1,7 +1,8 @@
 """Every table, report and warning the same in two versions of commprof (issue 24: speed work must not
 change a result). For each input, both versions run ``commprof analyze --format json`` in a fresh
 interpreter with an empty table cache; the exit status, the JSON report, stderr (the warnings) and every
-Parquet table of the cache must be equal.
+table of the cache must be equal (each trace's tables read through the cache's index, whatever files hold
+them; other Parquet files by path).
 
     python tools/same_output.py --base e5e1b56 [--corpus DIR --cases 40 --seed 24] [PATH ...]
 
@@ -69,8 +70,6 @@ def default_inputs(corpus: Path, cases: int, seed: int) -> list[Path]:
 
 def run(tree: Path, path: Path, scratch: Path) -> dict[str, Any]:
     """One ``analyze --format json`` of ``path`` by the commprof in ``tree``: what it printed and its tables."""
-    import polars as pl
-
     cache = Path(tempfile.mkdtemp(prefix="cache-", dir=scratch))
     env = {**os.environ, "PYTHONPATH": str(tree), "COMMPROF_CACHE_DIR": str(cache)}
     env.pop("COMMPROF_SCHEDULER", None)
@@ -81,8 +80,29 @@ def run(tree: Path, path: Path, scratch: Path) -> dict[str, Any]:
         report.pop("generated_at", None)  # the clock, not a result
     except (ValueError, AttributeError):
         report = done.stdout
-    tables = {str(p.relative_to(cache)): pl.read_parquet(p) for p in sorted(cache.rglob("*.parquet"))}
-    return {"rc": done.returncode, "report": report, "stderr": done.stderr, "tables": tables}
+    return {"rc": done.returncode, "report": report, "stderr": done.stderr, "tables": cache_tables(cache)}
+
+
+def cache_tables(cache: Path) -> dict[str, Any]:
+    """Every table of the cache: each trace's four tables read through the store's index (small traces share
+    a batch's files, named by what the batch holds, so file names are no key), and every other Parquet file
+    (the sidecar tables) by its path. This checkout's store reads either layout, so both versions' caches
+    are read the same way."""
+    import polars as pl
+
+    sys.path.insert(0, str(REPO))
+    from commprof.ingest import store
+
+    tables: dict[str, Any] = {}
+    per_trace: set[Path] = set()
+    for index in sorted(cache.rglob(store.INDEX)):
+        folder = index.parent
+        tables.update({f"{folder.relative_to(cache)}/{key}": frame
+                       for key, frame in store.cached_tables(folder).items()})
+        per_trace.update(folder / table for table in store.TABLES)
+    tables.update({str(p.relative_to(cache)): pl.read_parquet(p) for p in sorted(cache.rglob("*.parquet"))
+                   if p.parent not in per_trace})
+    return tables
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -138,7 +138,18 @@ def pooled(fn: Callable[..., Any], *args: Any) -> Outcome:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except (OSError, AttributeError):
             pass  # not glibc
+        # what the trim could not hand back is held (modules, caches): the next trim waits for as much growth
+        # again, or every later task of the worker would pay one (5,000 small ranks: ~2 minutes of CPU)
+        _worker_base_rss[0] = max(_worker_base_rss[0], _rss_bytes())
     return outcome
+
+
+CHUNKS_PER_WORKER = 16  # a pool's tasks go in about this many hand-offs per worker (one task each when fewer)
+
+
+def pooled_chunk(fn: Callable[..., Any], chunk: Sequence[tuple[Any, ...]]) -> list[Outcome]:
+    """:func:`pooled` for each task of a chunk, in order."""
+    return [pooled(fn, *args) for args in chunk]
 
 
 class Runner:
@@ -149,7 +160,7 @@ class Runner:
     workers = 1
 
     def run(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], weights: Sequence[int],
-            phase: str, progress: ProgressFn | None = None) -> list[Outcome]:
+            phase: str, progress: ProgressFn | None = None, units: Sequence[int] | None = None) -> list[Outcome]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -166,24 +177,36 @@ class Runner:
 
 
 class _Tally:
-    def __init__(self, phase: str, weights: Sequence[int], progress: ProgressFn | None) -> None:
+    """Progress after each task. ``units``: how many items (traces) each task stands for, when a task does
+    several; such a task's value is then its list of per-item Outcomes, and each failed one counts."""
+
+    def __init__(self, phase: str, weights: Sequence[int], progress: ProgressFn | None,
+                 units: Sequence[int] | None = None) -> None:
         self.phase, self.weights, self.progress = phase, weights, progress
+        self.units = units
         self.done = self.bytes_done = self.failed = 0
         self.total_bytes = sum(weights)
+        self.total = sum(units) if units is not None else len(weights)
 
     def tick(self, index: int, outcome: Outcome) -> None:
-        self.done += 1
         self.bytes_done += self.weights[index]
-        self.failed += outcome.error is not None
+        if self.units is None:
+            self.done += 1
+            self.failed += outcome.error is not None
+        else:
+            self.done += self.units[index]
+            items = outcome.value if outcome.error is None and isinstance(outcome.value, list) else None
+            self.failed += self.units[index] if items is None else \
+                sum(isinstance(o, Outcome) and o.error is not None for o in items)
         if self.progress:
-            self.progress(Progress(self.phase, self.done, len(self.weights), self.bytes_done, self.total_bytes,
+            self.progress(Progress(self.phase, self.done, self.total, self.bytes_done, self.total_bytes,
                                    self.failed))
 
 
 class InProcess(Runner):
     def run(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], weights: Sequence[int],
-            phase: str, progress: ProgressFn | None = None) -> list[Outcome]:
-        tally = _Tally(phase, weights, progress)
+            phase: str, progress: ProgressFn | None = None, units: Sequence[int] | None = None) -> list[Outcome]:
+        tally = _Tally(phase, weights, progress, units)
         out = []
         for i, args in enumerate(tasks):
             outcome = guarded(fn, *args)
@@ -252,13 +275,13 @@ class LocalPool(Runner):
         return default_workers(largest, len(weights))
 
     def run(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], weights: Sequence[int],
-            phase: str, progress: ProgressFn | None = None) -> list[Outcome]:
+            phase: str, progress: ProgressFn | None = None, units: Sequence[int] | None = None) -> list[Outcome]:
         n = self._wanted(weights, max(weights, default=0), phase)
         if n <= 1:
-            return InProcess().run(fn, tasks, weights, phase, progress)
+            return InProcess().run(fn, tasks, weights, phase, progress, units)
         if self._pool is None and not self._start(n):
-            return InProcess().run(fn, tasks, weights, phase, progress)
-        tally = _Tally(phase, weights, progress)
+            return InProcess().run(fn, tasks, weights, phase, progress, units)
+        tally = _Tally(phase, weights, progress, units)
         results: dict[int, Outcome] = {}
         lost = self._submit_all(fn, tasks, tally, results)
         if lost:
@@ -285,23 +308,29 @@ class LocalPool(Runner):
                     results: dict[int, Outcome]) -> list[int]:
         """Run the batch; the indexes of tasks lost to a broken pool (a worker that died)."""
         assert self._pool is not None
+        # many small tasks (5,000 ranks' analysis) go a chunk to a hand-off, as Executor.map's chunksize does:
+        # each hand-off is a pickle, a pipe message and a future each way
+        size = max(1, len(tasks) // (max(1, self.workers) * CHUNKS_PER_WORKER))
+        chunks = [list(range(start, min(start + size, len(tasks)))) for start in range(0, len(tasks), size)]
         try:
-            pending: dict[Future[Outcome], int] = {self._pool.submit(pooled, fn, *args): i
-                                                   for i, args in enumerate(tasks)}
+            pending: dict[Future[list[Outcome]], list[int]] = {
+                self._pool.submit(pooled_chunk, fn, [tasks[i] for i in chunk]): chunk for chunk in chunks}
         except BrokenProcessPool:
             self.close()
             return list(range(len(tasks)))
         lost = []
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                i = pending.pop(fut)
-                try:
-                    results[i] = fut.result()
-                except BrokenProcessPool:
-                    lost.append(i)
-                    continue
-                tally.tick(i, results[i])
+        # as_completed, not a loop of wait(FIRST_COMPLETED): each wait() installs a waiter on every pending
+        # future, so that loop costs O(tasks^2) lock operations (5,000 tasks: ~16M, a core busy for a minute)
+        for fut in as_completed(pending):
+            chunk = pending[fut]
+            try:
+                outcomes = fut.result()
+            except BrokenProcessPool:
+                lost.extend(chunk)
+                continue
+            for i, outcome in zip(chunk, outcomes, strict=True):
+                results[i] = outcome
+                tally.tick(i, outcome)
         if lost:
             self.close()
         return sorted(lost)
@@ -348,10 +377,10 @@ class DaskRunner(Runner):
         return f"Dask cluster at {self.address} ({self.workers} workers)"
 
     def run(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], weights: Sequence[int],
-            phase: str, progress: ProgressFn | None = None) -> list[Outcome]:
+            phase: str, progress: ProgressFn | None = None, units: Sequence[int] | None = None) -> list[Outcome]:
         from distributed import as_completed
 
-        tally = _Tally(phase, weights, progress)
+        tally = _Tally(phase, weights, progress, units)
         batch = uuid.uuid4().hex[:8]
         futures = [self.client.submit(pooled, fn, *args, key=f"commprof-{phase}-{batch}-{i}", pure=False)
                    for i, args in enumerate(tasks)]

@@ -16,6 +16,7 @@ instead of a thousand small files, and a ``--ranks`` subset learns which files t
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from commprof.errors import CommprofError, InputError, TruncatedTraceError
@@ -35,7 +37,7 @@ from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
 from commprof.ingest.formats import RankTrace, extract, rank_from_file_name
 from commprof.ingest.rank_sidecar import clean_sidecar
-from commprof.ingest.runner import ProgressFn, Runner, make_runner
+from commprof.ingest.runner import InProcess, Outcome, ProgressFn, Runner, guarded, make_runner, usable_cpus
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.safe_write import CACHE_HINT, WriteError, atomic_write_bytes
 
@@ -140,10 +142,17 @@ def _write_frame(frame: pl.DataFrame, target: Path, cache: Path) -> None:
     _cache_write(cache, target, buffer.getvalue())
 
 
-def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | None = None,
-              step_range: str | None = None) -> dict[str, Any]:
-    """Parse one raw trace and write its tables (runs in a worker process). A cache that cannot be
-    written comes back as ``cache_error`` (the whole ingest stops on it, not just this rank)."""
+# Small traces are parsed several to a task and their tables written together, one Parquet file per table
+# for the batch (a 4 kB trace's own four files and its task hand-off cost ~10x its parse); a trace above
+# BATCH_ALONE_BYTES of JSON keeps a task and files of its own, named by its stem, as before.
+BATCH_MAX_FILES = 64
+BATCH_MAX_BYTES = 4 << 20
+BATCH_ALONE_BYTES = 1 << 20
+
+
+def _extract_one(entry: FileEntry, sidecars: list[dict[str, Any]] | None,
+                 step_range: str | None) -> tuple[dict[str, Any], RankTrace | None]:
+    """One trace: its meta and tables, or (a skipped entry, None)."""
     # here, not at the top: a cached ``analyze`` never parses, and the stream module costs ~10 ms of imports
     from commprof.ingest.kineto.stream import NotATraceError
 
@@ -152,13 +161,13 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
         digest = cache_place.content_digest(entry.path)  # before the parse: an edit during it shows next time
         rank_trace: RankTrace = extract(entry.path, sidecars, label=label, step_range=step_range)
     except TruncatedTraceError as err:
-        return {"file": label, "rel": entry.rel, "skipped": str(err), "warnings": [f"{err}; rank skipped"]}
+        return {"file": label, "rel": entry.rel, "skipped": str(err), "warnings": [f"{err}; rank skipped"]}, None
     except NotATraceError as err:
         return {"file": label, "rel": entry.rel, "skipped": str(err), "not_a_trace": True,
-                "warnings": [f"{err}; skipped (not a Kineto trace)"]}
+                "warnings": [f"{err}; skipped (not a Kineto trace)"]}, None
     except OSError as err:  # removed or made unreadable since it was found
         why = f"{label}: cannot be read ({err.strerror or err})"
-        return {"file": label, "rel": entry.rel, "skipped": why, "warnings": [f"{why}; rank skipped"]}
+        return {"file": label, "rel": entry.rel, "skipped": why, "warnings": [f"{why}; rank skipped"]}, None
     meta = {
         "file": str(entry.path),
         "rel": entry.rel,
@@ -177,15 +186,74 @@ def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | No
         "digest": digest,
         "source": rank_trace.source,
     }
-    # the four tables at once: polars encodes and the OS writes them without the GIL (a 4 kB trace's ~9 ms
-    # of writes shrink by a third); all are written, or the error comes back, before the task ends
-    writes = [_writer().submit(_write_frame, getattr(rank_trace, t), cache / t / f"{entry.stem}.parquet", cache)
-              for t in TABLES]
+    return meta, rank_trace
+
+
+def _batch_name(entries: list[FileEntry], metas: list[dict[str, Any]], salt: str) -> str:
+    """A file shared by several traces is named by what they are (stems, stat keys, digests, the ingest
+    version and what else changes the tables): never the name of a file holding other contents."""
+    key = "|".join(f"{e.stem}:{e.stat_key}:{m.get('digest')}" for e, m in zip(entries, metas, strict=True))
+    return "batch-" + hashlib.sha1(f"{INGEST_VERSION}|{salt}|{key}".encode()).hexdigest()[:20]
+
+
+def parse_batch(entries: list[FileEntry], cache: Path, sidecars: list[dict[str, Any]] | None = None,
+                step_range: str | None = None, salt: str = "") -> list[Outcome]:
+    """Parse a batch of raw traces and write their tables (runs in a worker process): one Outcome per
+    trace, as if each had been a task of its own (a trace whose parse raises is that trace's error). The
+    traces' tables go to one file per table for all of them (a lone trace's are named by its stem);
+    each meta says where (``part``) and at which rows (``rows``). A cache that cannot be written comes back
+    as ``cache_error`` in every meta (the whole ingest stops on it, not just this rank)."""
+    outcomes = [guarded(_extract_one, e, sidecars, step_range) for e in entries]
+    done = [(e, o.value[0], o.value[1]) for e, o in zip(entries, outcomes, strict=True)
+            if o.error is None and o.value[1] is not None]
+    # traces whose tables share their column types share a file (the rest, e.g. another reader's, get their own)
+    groups: dict[tuple[Any, ...], list[tuple[FileEntry, dict[str, Any], RankTrace]]] = {}
+    for item in done:
+        signature = tuple(tuple(getattr(item[2], t).schema.items()) for t in TABLES)
+        groups.setdefault(signature, []).append(item)
+    for items in groups.values():
+        name = items[0][0].stem if len(items) == 1 else _batch_name([e for e, _, _ in items],
+                                                                    [m for _, m, _ in items], salt)
+        frames = {}
+        for t in TABLES:
+            parts = [getattr(rt, t) for _, _, rt in items]
+            frames[t] = parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical", rechunk=True)
+        offsets = dict.fromkeys(TABLES, 0)
+        for _, meta, rt in items:
+            rows = {}
+            for t in TABLES:
+                n = getattr(rt, t).height
+                rows[t] = [offsets[t], n]
+                offsets[t] += n
+            meta["part"] = {"file": name, "rows": rows} if len(items) > 1 else {"file": name}
+        problem = _write_tables(frames, name, cache)
+        if problem is not None:
+            for _, meta, _ in items:
+                meta["cache_error"] = problem
+    return [o if o.error is not None else Outcome(o.value[0]) for o in outcomes]
+
+
+def _write_tables(frames: dict[str, pl.DataFrame], name: str, cache: Path) -> str | None:
+    """The four tables at once: polars encodes and the OS writes them without the GIL; all are written, or
+    the error comes back, before the task ends."""
+    writes = [_writer().submit(_write_frame, frames[t], cache / t / f"{name}.parquet", cache) for t in TABLES]
     for problem in [w.exception() for w in writes]:
         if isinstance(problem, WriteError):
-            return {"file": label, "rel": entry.rel, "cache_error": str(problem)}
+            return str(problem)
         if problem is not None:
             raise problem
+    return None
+
+
+def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | None = None,
+              step_range: str | None = None) -> dict[str, Any]:
+    """Parse one raw trace and write its tables (:func:`parse_batch` of one)."""
+    outcome = parse_batch([entry], cache, sidecars, step_range)[0]
+    if outcome.error is not None:
+        raise CommprofError(outcome.error)
+    meta: dict[str, Any] = outcome.value
+    if "cache_error" in meta:
+        return {"file": entry.label or str(entry.path), "rel": entry.rel, "cache_error": meta["cache_error"]}
     return meta
 
 
@@ -198,15 +266,54 @@ def _writer() -> ThreadPoolExecutor:
     return _WRITERS[0]
 
 
+def _batches(weights: list[int], parallel: int) -> list[list[int]]:
+    """Consecutive traces grouped into tasks: small ones up to BATCH_MAX_FILES / BATCH_MAX_BYTES of JSON
+    (and no more than leaves ~4 tasks per worker of ``parallel``, for balance), each big one alone."""
+    most = BATCH_MAX_FILES if parallel <= 1 else max(1, min(BATCH_MAX_FILES, -(-len(weights) // (4 * parallel))))
+    out: list[list[int]] = []
+    size = 0
+    for i, weight in enumerate(weights):
+        alone = weight > BATCH_ALONE_BYTES
+        if alone or not out or len(out[-1]) >= most or size + weight > BATCH_MAX_BYTES \
+                or weights[out[-1][0]] > BATCH_ALONE_BYTES:
+            out.append([i])
+            size = weight
+        else:
+            out[-1].append(i)
+            size += weight
+    return out
+
+
 def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: list[dict[str, Any]],
-               progress: ProgressFn | None, step_range: str | None = None) -> list[dict[str, Any]]:
-    """Parse every trace on the runner, one task per file. A file whose parse fails (corrupt gzip, a
-    bug) becomes a skipped entry with its error: it is reported, the other ranks complete, and it is
-    not cached, so the next open tries it again."""
+               progress: ProgressFn | None, step_range: str | None = None, salt: str = "") -> list[dict[str, Any]]:
+    """Parse every trace on the runner, small ones several to a task. A file whose parse fails (corrupt
+    gzip, a bug) becomes a skipped entry with its error: it is reported, the other ranks complete, and it
+    is not cached, so the next open tries it again. A task lost whole (its worker died) is run again one
+    trace to a task, so that only the trace that kills its worker fails."""
     if runner.remote:  # the workers do not share our working directory
         todo = [replace(e, path=e.path.absolute(), label=e.label or str(e.path)) for e in todo]
     weights = [_text_bytes(e) for e in todo]
-    outcomes = runner.run(parse_one, [(e, cache, sidecars, step_range) for e in todo], weights, "ingest", progress)
+    parallel = 1 if isinstance(runner, InProcess) else (runner.workers or usable_cpus())
+    results: list[Outcome | None] = [None] * len(todo)
+
+    def run(groups: list[list[int]], progress: ProgressFn | None) -> list[list[int]]:
+        tasks = [([todo[i] for i in g], cache, sidecars, step_range, salt) for g in groups]
+        outcomes = runner.run(parse_batch, tasks, [sum(weights[i] for i in g) for g in groups], "ingest", progress,
+                              [len(g) for g in groups])
+        lost: list[list[int]] = []
+        for group, outcome in zip(groups, outcomes, strict=True):
+            if outcome.error is not None and len(group) > 1:
+                lost.extend([i] for i in group)
+                continue
+            per_file = outcome.value if outcome.error is None else [outcome]
+            for i, one in zip(group, per_file, strict=True):
+                results[i] = one
+        return lost
+
+    lost = run(_batches(weights, parallel), progress)
+    if lost:
+        run(lost, None)
+    outcomes = [r if r is not None else Outcome(error="not run") for r in results]
     cache_errors = [o.value["cache_error"] for o in outcomes if isinstance(o.value, dict) and "cache_error" in o.value]
     if cache_errors:
         raise CommprofError(cache_errors[0])
@@ -272,15 +379,34 @@ def _read_index(cache: Path, sidecar_key: str = "") -> dict[str, Any]:
     return files if isinstance(files, dict) else {}
 
 
-def _fresh(entry: FileEntry, known: dict[str, Any], cache: Path) -> str:
+def part_file(meta: dict[str, Any], stem: str) -> str:
+    """The name of the files that hold a trace's tables: its stem, or the batch it was parsed in."""
+    part = meta.get("part")
+    return str(part["file"]) if isinstance(part, dict) and isinstance(part.get("file"), str) else stem
+
+
+def part_rows(meta: dict[str, Any], table: str) -> tuple[int, int] | None:
+    """(offset, count) of a trace's rows in its batch's ``table`` file; None: the whole file is the trace's."""
+    part = meta.get("part")
+    rows = part.get("rows") if isinstance(part, dict) else None
+    where = rows.get(table) if isinstance(rows, dict) else None
+    return (int(where[0]), int(where[1])) if isinstance(where, list) and len(where) == 2 else None
+
+
+def _fresh(entry: FileEntry, known: dict[str, Any], cache: Path, present: dict[str, bool] | None = None) -> str:
     """"same": the file is the one parsed (same size, mtime, ctime, inode); "content": it was copied or
-    moved but holds the same bytes (its hash); "": it must be parsed again."""
+    moved but holds the same bytes (its hash); "": it must be parsed again. ``present``: which table files
+    were already seen to exist (a batch's files are shared by its traces)."""
     rec = known.get(entry.rel)
     if not rec or rec.get("size") != entry.size or rec.get("mtime_ns") != entry.mtime_ns:
         return ""
     if rec.get("stem") != entry.stem or not isinstance(rec.get("meta"), dict):
         return ""
-    if not all((cache / t / f"{entry.stem}.parquet").is_file() for t in TABLES):
+    name = part_file(rec["meta"], entry.stem)
+    present = {} if present is None else present
+    if name not in present:
+        present[name] = all((cache / t / f"{name}.parquet").is_file() for t in TABLES)
+    if not present[name]:
         return ""
     if _recorded_key(rec) == entry.stat_key:
         return "same"
@@ -294,7 +420,8 @@ def _up_to_date(source: Source, sidecar_key: str) -> Any:
     """For cache_place.choose: does ``folder`` hold every trace of ``source``, fresh?"""
     def check(folder: Path) -> bool:
         known = _read_index(folder, sidecar_key)
-        return bool(known) and all(_fresh(e, known, folder) for e in _entries(source))
+        present: dict[str, bool] = {}
+        return bool(known) and all(_fresh(e, known, folder, present) for e in _entries(source))
     return check
 
 
@@ -308,6 +435,12 @@ class Ingested:
     # the ranks of those files: a trace of unknown rank is numbered as in the whole run (file order skips them)
     left_out_ranks: frozenset[int] = frozenset()
     problems: list[str] = field(default_factory=list)  # sidecar fields dropped, and why
+
+    def meta_of(self, entry: FileEntry) -> dict[str, Any]:
+        for e, meta in zip(self.entries, self.metas, strict=True):
+            if e.rel == entry.rel:
+                return meta
+        raise KeyError(entry.rel)
 
     @property
     def failures(self) -> list[dict[str, Any]]:
@@ -351,11 +484,12 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
                 entries.append(e)
             else:
                 left_out_ranks.add(rank)
-    freshness = {e.rel: _fresh(e, known, cache) for e in entries}
+    present: dict[str, bool] = {}
+    freshness = {e.rel: _fresh(e, known, cache, present) for e in entries}
     todo = [e for e in entries if not freshness[e.rel]]
     own = runner or make_runner(jobs)
     try:
-        fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress, step_range)}
+        fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress, step_range, sidecar_key)}
     finally:
         if runner is None:
             own.close()
@@ -380,6 +514,25 @@ def _write_index(cache: Path, known: dict[str, Any], listed: set[str], entries: 
         files[entry.rel] = {**rec, "meta": meta} if not meta.get("skipped") else rec
     index = {"ingest_version": INGEST_VERSION, "sidecars": sidecar_key, "files": files}
     _cache_write(cache, cache / INDEX, json.dumps(index, indent=1).encode())
+    _drop_batches(cache, known, files)
+
+
+def _batch_names(files: dict[str, Any]) -> set[str]:
+    names = set()
+    for rel, rec in files.items():
+        meta = rec.get("meta") if isinstance(rec, dict) else None
+        if isinstance(meta, dict) and part_file(meta, "").startswith("batch-"):
+            names.add(part_file(meta, rel))
+    return names
+
+
+def _drop_batches(cache: Path, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """A batch's files once the index no longer names them (each of its traces parsed again, or gone).
+    Only batches the previous index named: a batch another process just wrote for its index is not ours."""
+    for name in _batch_names(before) - _batch_names(after):
+        for t in TABLES:
+            with contextlib.suppress(OSError):  # left in the way of nothing: the next ingest tries again
+                (cache / t / f"{name}.parquet").unlink(missing_ok=True)
 
 
 def _refuse_if_no_traces(source: Source, metas: list[dict[str, Any]]) -> None:
@@ -394,5 +547,69 @@ def _refuse_if_no_traces(source: Source, metas: list[dict[str, Any]]) -> None:
     raise InputError(f"no Kineto traces: {len(others)} JSON files, none a Kineto trace ({listed})", source.path)
 
 
-def read_table(ingested: Ingested, table: str, entry: FileEntry) -> pl.DataFrame:
-    return pl.read_parquet(ingested.cache / table / f"{entry.stem}.parquet")
+def table_file(cache: Path, table: str, entry: FileEntry, meta: dict[str, Any]) -> Path:
+    """The Parquet file holding ``entry``'s rows of ``table`` (shared with other traces when it was parsed
+    in a batch: see :func:`part_rows`)."""
+    return cache / table / f"{part_file(meta, entry.stem)}.parquet"
+
+
+def read_table(ingested: Ingested, table: str, entry: FileEntry, meta: dict[str, Any] | None = None) -> pl.DataFrame:
+    """One trace's rows of ``table``."""
+    return read_tables(ingested.cache, table, [(entry, meta if meta is not None else ingested.meta_of(entry))])[0]
+
+
+def read_tables(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, Any]]]) -> list[pl.DataFrame]:
+    """Each trace's rows of ``table``, in order; a file shared by several of them is read once."""
+    files, pieces = _read_parts(cache, table, traces)
+    return [files[k] if rows is None else files[k].slice(*rows) for k, rows in pieces]
+
+
+def read_rows(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, Any]]]) -> pl.DataFrame:
+    """The traces' rows of ``table`` as one frame, trace after trace (as the concatenation of
+    :func:`read_tables`' frames, with ``vertical_relaxed``): each file read once, the rows gathered at once."""
+    files, pieces = _read_parts(cache, table, traces)
+    if not files:
+        raise ValueError("no traces")
+    starts = np.cumsum([0] + [f.height for f in files[:-1]])
+    spans = [(int(starts[k]), files[k].height) if rows is None else (int(starts[k]) + rows[0], rows[1])
+             for k, rows in pieces]
+    whole = pl.concat(files, how="vertical_relaxed") if len(files) > 1 else files[0]
+    if spans == list(zip(starts.tolist(), [f.height for f in files], strict=True)):
+        return whole  # every file whole, in order
+    idx = np.concatenate([np.arange(a, a + n, dtype=np.int64) for a, n in spans]) if spans else np.zeros(0, np.int64)
+    return whole.select(pl.all().gather(pl.Series(idx)))
+
+
+def _read_parts(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, Any]]]
+                ) -> tuple[list[pl.DataFrame], list[tuple[int, tuple[int, int] | None]]]:
+    """The distinct files that hold the traces' rows (each read once) and, per trace, (which file, its rows)."""
+    folder = cache / table
+    order: dict[str, int] = {}
+    files: list[pl.DataFrame] = []
+    pieces = []
+    for entry, meta in traces:
+        name = part_file(meta, entry.stem)
+        k = order.get(name)
+        if k is None:
+            k = order[name] = len(files)
+            files.append(pl.read_parquet(folder / f"{name}.parquet"))
+        pieces.append((k, part_rows(meta, table)))
+    return files, pieces
+
+
+def cached_tables(cache: Path) -> dict[str, pl.DataFrame]:
+    """Every trace's tables in a cache folder, read through its index: ``{"<rel>/<table>": frame}`` (what
+    tools/same_output.py compares, whatever the files' layout)."""
+    try:
+        files = json.loads((cache / INDEX).read_text()).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for rel, rec in sorted(files.items()):
+        meta = rec.get("meta")
+        if not isinstance(meta, dict):
+            continue
+        entry = FileEntry(Path(rel), rel, str(rec.get("stem")), 0, 0)
+        for t in TABLES:
+            out[f"{rel}/{t}"] = read_tables(cache, t, [(entry, meta)])[0]
+    return out

@@ -7,6 +7,8 @@ holds one rank's intervals in memory at once.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,13 +34,39 @@ class RunFacts:
 
 
 @dataclass(frozen=True)
+class RowSlice:
+    """One rank's rows in a Parquet file that small traces parsed together share (commprof.ingest.store):
+    ``offset`` and ``length`` in rows; ``sharers``: how many ranks' rows the file holds."""
+
+    path: Path
+    offset: int
+    length: int
+    sharers: int = 1
+
+    def stat(self) -> os.stat_result:
+        """The file's stat, its size that of a file of this rank's own (what a task's weight follows, as for
+        a rank with its own file): its share of the rows' bytes and a Parquet file's own ~3 kB (schema,
+        footer, a header per column: most of a small rank's file, and its analysis costs per rank too)."""
+        st = self.path.stat()
+        fields = list(st)
+        fields[stat.ST_SIZE] = st.st_size // max(1, self.sharers) + PARQUET_FILE_BYTES
+        return os.stat_result(fields)
+
+
+PARQUET_FILE_BYTES = 3 << 10
+
+
+IntervalSource = Path | RowSlice
+
+
+@dataclass(frozen=True)
 class RunTables:
     facts: RunFacts
     ranks: pl.DataFrame  # one row per traced rank
     process_groups: pl.DataFrame  # groups seen by any rank, merged by name; analyzers add dimension and tier
     collectives: pl.DataFrame  # one row per rank and call, ``call`` numbering a rank's calls
     step_marks: pl.DataFrame  # ProfilerStep marks per rank
-    interval_files: tuple[tuple[int, Path], ...]  # (rank, Parquet file of its intervals)
+    interval_files: tuple[tuple[int, IntervalSource], ...]  # (rank, Parquet file of its intervals, or its rows)
     sidecars: SidecarTables = field(default_factory=empty_sidecars)
     warnings: tuple[str, ...] = ()
 
@@ -60,8 +88,9 @@ class RunTables:
         return pl.concat(scans, how="vertical_relaxed").collect()
 
 
-def _scan_rank(rank: int, path: Path, columns: Sequence[str] | None) -> pl.LazyFrame:
-    scan = pl.scan_parquet(path)
+def _scan_rank(rank: int, path: IntervalSource, columns: Sequence[str] | None) -> pl.LazyFrame:
+    scan = pl.scan_parquet(path.path).slice(path.offset, path.length) if isinstance(path, RowSlice) \
+        else pl.scan_parquet(path)
     if columns is not None:
         names = scan.collect_schema().names()
         scan = scan.select([c for c in columns if c in names])
@@ -69,7 +98,30 @@ def _scan_rank(rank: int, path: Path, columns: Sequence[str] | None) -> pl.LazyF
     return scan.with_columns(pl.lit(rank, pl.Int32).alias("rank")) if columns is None or "rank" in columns else scan
 
 
-def read_rank_intervals(rank: int, path: Path, columns: Sequence[str] | None = None) -> pl.DataFrame:
+def read_rank_intervals(rank: int, path: IntervalSource, columns: Sequence[str] | None = None) -> pl.DataFrame:
     """One rank's intervals from its Parquet file (also what a worker process calls: a path in, a
-    frame out)."""
-    return _scan_rank(rank, path, columns).collect()
+    frame out). A rank's rows of a shared file: the file is read once for the ranks that share it (the
+    last one read is kept: ranks are handed out in order, a batch's ranks one after the other)."""
+    if not isinstance(path, RowSlice):
+        return _scan_rank(rank, path, columns).collect()
+    frame = _shared_file(path.path).slice(path.offset, path.length)
+    if columns is not None:
+        frame = frame.select([c for c in columns if c in frame.columns])
+    return frame.with_columns(pl.lit(rank, pl.Int32).alias("rank")) if columns is None or "rank" in columns \
+        else frame
+
+
+_SHARED: dict[tuple[str, int, int, int], pl.DataFrame] = {}
+
+
+def _shared_file(path: Path) -> pl.DataFrame:
+    """A shared (batch) file, whole; the last one read stays, keyed by its stat (a file written anew is read
+    anew). Such files hold small traces only (commprof.ingest.store.BATCH_MAX_BYTES of JSON at most)."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    frame = _SHARED.get(key)
+    if frame is None:
+        frame = pl.read_parquet(path)
+        _SHARED.clear()
+        _SHARED[key] = frame
+    return frame

@@ -36,6 +36,16 @@ def to_ns(values: Sequence[Any]) -> tuple[I64, Mask]:
             return arr.astype(np.int64, copy=False) * 1000, np.ones(len(values), np.bool_)
     if len(values) <= SMALL:
         return _small(values)
+    if type(values[0]) is str:
+        plain = _plain_decimals(values)
+        if plain is not None:
+            return plain
+    return _general(values)
+
+
+def _general(values: Sequence[Any]) -> tuple[I64, Mask]:
+    if len(values) <= SMALL:
+        return _small(values)
     try:
         series = pl.Series(values)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
@@ -55,6 +65,39 @@ SMALL = 2500
 # stay inside int64, so no figure can wrap around
 MAX_NS = 2**61 - 1
 MAX_US = MAX_NS // 1000 - 1  # the largest whole µs whose ns (with any fraction) is within MAX_NS
+
+
+def _plain_decimals(values: Sequence[Any]) -> tuple[I64, Mask] | None:
+    """The usual text, ``digits.d`` to ``digits.ddd`` (Kineto's 3 decimals, Python's ``...0.0``), in a few
+    polars calls (2x faster than :func:`_from_text`'s split); every other value by :func:`_general`, which
+    treats each value on its own, so the two agree value by value. None when ``values`` are not all text."""
+    try:
+        series = pl.Series(values)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        return None
+    if series.dtype != pl.String:
+        return None
+    text = pl.col("t")
+    dot = text.str.find(".", literal=True)
+    places = text.str.len_bytes() - dot - 1
+    # the text without its dot as an integer: digits only, but for a sign, which the cast takes
+    digits = text.str.replace(".", "", literal=True, n=1).cast(pl.Int64, strict=False)
+    plain = ((dot >= 1) & places.is_between(1, 3) & (digits >= 0) & ~text.str.starts_with("+")
+             & (digits // pl.lit(10).pow(places) <= MAX_US))
+    ns = (
+        pl.DataFrame({"t": series})
+        .lazy()
+        .select(pl.when(plain).then(digits * pl.lit(10).pow(3 - places)).alias("ns"))
+        .collect()
+        .to_series()
+    )
+    valid = ns.is_not_null().to_numpy().copy()
+    out = ns.fill_null(0).to_numpy().astype(np.int64, copy=True)
+    odd = np.flatnonzero(~valid)
+    if odd.size:
+        rest, rest_ok = _general([values[i] for i in odd.tolist()])
+        out[odd], valid[odd] = rest, rest_ok
+    return out, valid
 
 
 def _small(values: Sequence[Any]) -> tuple[I64, Mask]:

@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -26,6 +27,19 @@ from commprof.ingest.kineto.salvage import Damage, decode_each, last_boundary, s
 READ_BLOCK = 1 << 20
 TEXT_BLOCK = 256 << 10  # decompressed bytes handed over at a time
 PIECE_BYTES = 256 << 10  # decode once this much text is pending (a piece's events cost ~3x its text)
+
+
+def _fast_zlib() -> Any:
+    """zlib-ng (PyPI ``zlib-ng``), an optional accelerator: it inflates these traces 2-3x faster than
+    zlib (54 MB of text: 0.097 -> 0.031 CPU s), the same bytes. None without it: the standard zlib then."""
+    try:
+        from zlib_ng import zlib_ng
+    except ImportError:  # pragma: no cover - depends on the install
+        return None
+    return zlib_ng
+
+
+_FAST_ZLIB = _fast_zlib()
 # float literals arrive as their text: epoch µs do not fit a float64 to the ns (see exact_time)
 _events_decoder = msgspec.json.Decoder(list[Event], float_hook=str)
 _header_decoder = msgspec.json.Decoder(Trace, float_hook=str)
@@ -60,21 +74,43 @@ def _blocks(path: Path, shown: str | Path) -> Iterator[bytes]:
                 yield block
                 block = fh.read(READ_BLOCK)
             return
-        inflater = zlib.decompressobj(wbits=31)
-        block = first
-        while block:
+        done = 0  # bytes of text handed over
+        if _FAST_ZLIB is not None:
             try:
-                while block:
-                    yield inflater.decompress(block, TEXT_BLOCK)
-                    block = inflater.unconsumed_tail
-                    if inflater.eof and inflater.unused_data:  # concatenated gzip members
-                        block = inflater.unused_data
-                        inflater = zlib.decompressobj(wbits=31)
-            except zlib.error as err:
-                raise InputError(f"corrupt gzip data: {err}", shown) from None
-            block = fh.read(READ_BLOCK)
-        if not inflater.eof:
-            raise EOFError("gzip stream ends early")
+                for text in _inflate(fh, first, _FAST_ZLIB):
+                    done += len(text)
+                    yield text
+                return
+            except (_FAST_ZLIB.error, EOFError):
+                # corrupt or cut short: the standard zlib says where and how, in its own words, so that
+                # the warnings and errors are the same with or without the accelerator
+                fh.seek(0)
+                first = fh.read(READ_BLOCK)
+        try:
+            for text in _inflate(fh, first, zlib):
+                if done >= len(text):
+                    done -= len(text)
+                    continue
+                yield text[done:] if done else text
+                done = 0
+        except zlib.error as err:
+            raise InputError(f"corrupt gzip data: {err}", shown) from None
+
+
+def _inflate(fh: BinaryIO, block: bytes, module: Any) -> Iterator[bytes]:
+    """gunzip with ``module`` (zlib's interface) from ``block`` on: concatenated members too; EOFError
+    when the stream ends early, the module's ``error`` on corrupt data."""
+    inflater = module.decompressobj(wbits=31)
+    while block:
+        while block:
+            yield inflater.decompress(block, TEXT_BLOCK)
+            block = inflater.unconsumed_tail
+            if inflater.eof and inflater.unused_data:  # concatenated gzip members
+                block = inflater.unused_data
+                inflater = module.decompressobj(wbits=31)
+        block = fh.read(READ_BLOCK)
+    if not inflater.eof:
+        raise EOFError("gzip stream ends early")
 
 
 def _threaded(blocks: Iterator[bytes]) -> Iterator[bytes]:

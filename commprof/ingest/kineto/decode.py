@@ -7,7 +7,7 @@ into dicts on a 54 MB trace, and far less memory); see the README's "Why msgspec
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Union, get_type_hints
 
 import msgspec
 
@@ -60,6 +60,37 @@ class Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = NULL
 
 
+class EventX(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event (``"ph": "X"``: ops, kernels, runtime calls) with its args decoded in the same
+    pass as the event, at C speed: a decoder call per kept event cost more than the typed args of all
+    of them (20 MB kernel-heavy trace: 0.046 CPU s of calls against 0.023 s in the decode)."""
+
+    name: str | Number = ""
+    cat: str = ""
+    pid: Number | str = 0
+    tid: Number | str = 0
+    ts: Any = None
+    dur: Any = None
+    args: Args | None = None
+
+
+class EventM(EventX, tag="M"):
+    """A metadata event (``"ph": "M"``: thread and process names, labels), args decoded alike."""
+
+
+def _untyped(phase: str) -> type[msgspec.Struct]:
+    """An event of a phase no table keeps (flows, instants, counters, ...): Event's fields and types, so
+    that it validates exactly as an Event would, its args left raw."""
+    hints = get_type_hints(Event)
+    fields = [(name, hints[name], default) for name, default in zip(Event.__struct_fields__, Event.__struct_defaults__,
+                                                                    strict=True) if name != "ph"]
+    return msgspec.defstruct(f"Event_{ord(phase)}", fields, tag_field="ph", tag=phase, gc=False)
+
+
+# the phases of the Trace Event Format; a piece with any other (or none) is decoded as list[Event]
+OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "R", "c", "(", ")", "V",
+                "v")
+TYPED_EVENT = EventX | EventM | Union[tuple(_untyped(phase) for phase in OTHER_PHASES)]  # type: ignore[valid-type]  # noqa: UP007
 ARGS_DECODER = msgspec.json.Decoder(Args)
 DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)  # what makes args read as missing
 

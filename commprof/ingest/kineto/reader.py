@@ -52,7 +52,7 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        streamed = stream_events(path, scan.add, label=label)
+        streamed = stream_events(path, scan.add, label=label, on_typed=scan.add_typed)
         scan.finish()
     finally:
         if gc_was_enabled:

@@ -20,6 +20,8 @@ from commprof.ingest.kineto.decode import (
     NULL,
     Args,
     Event,
+    EventM,
+    EventX,
     decode_args,
 )
 from commprof.ingest.kineto.rows import BATCH, Codes, Rows, release_free_memory
@@ -181,15 +183,82 @@ class Scan:
         if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
             flush_rows((self.dev, self.cpu, self.launch))
 
+    def add_typed(self, events: list[Any]) -> None:
+        """:meth:`add` for a piece decoded as TYPED_EVENT: the same rows, warnings and kept args, from
+        EventX / EventM whose args are decoded already (an Args, or None where the event has none).
+        Such a piece has no event whose args are not of Args's shape (the decode would have failed), so
+        where :meth:`add` reads args as missing on a failed decode, this one never has to."""
+        categories, category = self.categories, _category
+        kernel_kinds, cpu_roles, launch_names, lanes = self.kernel_kinds, self.cpu_roles, self.launch_names, self.lanes
+        dev_row, cpu_row, launch_row = self.dev.pending.append, self.cpu.pending.append, self.launch.pending.append
+        dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
+        cpu, runtime, skip, memory, comm, plain = _CPU, _RUNTIME, _SKIP, _MEMORY, _COMM, _PLAIN
+        low, high, corr_max = -INT64_LIMIT, INT64_LIMIT, INT64_LIMIT - 1
+        complete, metadata = EventX, EventM
+        for ev in events:
+            kind_of_event = type(ev)
+            if kind_of_event is not complete:
+                if kind_of_event is metadata:
+                    self._metadata(ev, ev.args)
+                continue
+            cat = ev.cat
+            kind = categories.get(cat)
+            if kind is None:
+                kind = categories[cat] = category(cat)
+            if kind == cpu:
+                name = ev.name if type(ev.name) is str else str(ev.name)
+                role = cpu_roles.get(name)
+                if role is None:
+                    role = cpu_roles[name] = _cpu_role(name)
+                if role != plain:
+                    self._cpu_args_of(ev.args, role)
+                cpu_row((ev.ts, ev.dur, pids[ev.pid], tids[ev.tid], cpu_names[name], cats[cat]))
+            elif kind == runtime:
+                launches = launch_names.get(ev.name)
+                if launches is None:
+                    launches = launch_names[ev.name] = _is_launch(ev.name)
+                args = ev.args
+                if launches and args is not None:
+                    corr = args.correlation  # what CORRELATION_DECODER reads: an int in [0, 2^63 - 1], or none
+                    ts = ev.ts
+                    if type(corr) is int and 0 <= corr <= corr_max and ts is not None:
+                        launch_row((ts, corr, tids[ev.tid]))
+            elif kind != skip:
+                args, ts, dur = ev.args, ev.ts, ev.dur
+                if ts is None or dur is None or args is None or args.stream is None:
+                    self._bad(ev, args)
+                    continue
+                name = ev.name if type(ev.name) is str else str(ev.name)
+                device = args.device
+                key = (device if device is not None else ev.pid, args.stream)
+                lane = lanes.get(key)
+                if lane is None:
+                    lane = self._lane(key)
+                if kind == memory:
+                    row_kind = _MEM
+                else:
+                    known = kernel_kinds.get(name)
+                    row_kind = known if known is not None else self._kernel_kind(name)
+                if row_kind == comm:
+                    self.dev_comm_args[len(self.dev)] = _strip_raw(args)
+                dev_corr = args.correlation
+                if type(dev_corr) is not int or not low <= dev_corr < high:
+                    read = as_int(dev_corr)  # missing, floats: rare writers
+                    dev_corr = -1 if read is None else read
+                dev_row((ts, dur, dev_names[name], lane, row_kind, dev_corr))
+        if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
+            flush_rows((self.dev, self.cpu, self.launch))
+
     def _cpu_args(self, ev: Event, role: int) -> None:
+        self._cpu_args_of(decode_args(ev.args) if role != _STEP else None, role)
+
+    def _cpu_args_of(self, args: Args | None, role: int) -> None:
         """What a CPU op other than a plain one keeps: its args (comm ops, record_param_comms) or its row
         (a ProfilerStep#N mark)."""
         if role == _COMM_OP:
-            args = decode_args(ev.args)
             if args is not None:
                 self.cpu_comm_args[len(self.cpu)] = _own_raw(args)
         elif role == _PARAM_COMMS:
-            args = decode_args(ev.args)
             ext = as_int(args.external_id) if args is not None else None
             if args is not None and ext is not None:
                 self.comm_args_by_external_id[ext] = _strip_raw(args)

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from commprof.errors import InputError, TruncatedTraceError
-from commprof.ingest.kineto.decode import Event, Trace, merge_headers
+from commprof.ingest.kineto.decode import TYPED_EVENT, Event, Trace, merge_headers
 from commprof.ingest.kineto.salvage import Damage, decode_each, last_boundary, scan, skip_ws
 
 READ_BLOCK = 1 << 20
@@ -43,6 +43,10 @@ _FAST_ZLIB = _fast_zlib()
 # float literals arrive as their text: epoch µs do not fit a float64 to the ns (see exact_time)
 _events_decoder = msgspec.json.Decoder(list[Event], float_hook=str)
 _header_decoder = msgspec.json.Decoder(Trace, float_hook=str)
+# The same events as _events_decoder reads, as EventX / EventM with their args decoded (see decode.py); a piece
+# this one rejects (an unknown phase, args of an unexpected shape) is read again by _events_decoder, which
+# then decides, so what is kept and what is warned about does not depend on which of the two read it.
+_typed_decoder = msgspec.json.Decoder(list[TYPED_EVENT], float_hook=str)  # type: ignore[valid-type]
 
 
 class NotATraceError(InputError):
@@ -136,13 +140,20 @@ def _threaded(blocks: Iterator[bytes]) -> Iterator[bytes]:
         yield item
 
 
-def _decode_array(data: bytearray, open_at: int, close_at: int) -> list[Event]:
+def _decode_array(data: bytearray, open_at: int, close_at: int, typed: bool = False) -> tuple[list[Any], bool]:
     """Decode data[open_at..close_at] as a JSON array: the byte at open_at becomes '[' and the one at
-    close_at becomes ']' for the call (they are a separator and whitespace/comma), then restored."""
+    close_at becomes ']' for the call (they are a separator and whitespace/comma), then restored. With
+    ``typed``, as TYPED_EVENT where it can (then True), else as Event; errors are those of the Event decode."""
     saved_open, saved_close = data[open_at], data[close_at]
     data[open_at], data[close_at] = 0x5B, 0x5D
     try:
-        return _events_decoder.decode(memoryview(data)[open_at : close_at + 1])
+        text = memoryview(data)[open_at : close_at + 1]
+        if typed:
+            try:
+                return _typed_decoder.decode(text), True
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                pass
+        return _events_decoder.decode(text), False
     finally:
         data[open_at], data[close_at] = saved_open, saved_close
 
@@ -154,8 +165,9 @@ class _Reader:
     """The pending text of one trace and what has been read from it. ``data[open_at]`` is the ``[`` or
     the ``,`` before the first pending event; ``base`` is the text offset of ``data[0]``."""
 
-    def __init__(self, path: Path, on_events: Callable[[list[Event]], None]) -> None:
-        self.path, self.on_events = path, on_events
+    def __init__(self, path: Path, on_events: Callable[[list[Event]], None],
+                 on_typed: Callable[[list[Any]], None] | None = None) -> None:
+        self.path, self.on_events, self.on_typed = path, on_events, on_typed
         self.data = bytearray()
         self.base = 0
         self.open_at = -1
@@ -183,7 +195,7 @@ class _Reader:
             self.searched = max(self.open_at + 1, len(data) - 64)
             return
         try:
-            self._deliver(_decode_array(data, self.open_at, cut), self.base + cut)
+            self._deliver(*_decode_array(data, self.open_at, cut, self.on_typed is not None), good_end=self.base + cut)
             self._trim(cut)
             self.next_piece = PIECE_BYTES
             return
@@ -192,20 +204,23 @@ class _Reader:
         except (msgspec.DecodeError, RecursionError):
             events = None
         if events is not None:
-            self._deliver(events, self.base + cut)
+            self._deliver(events, good_end=self.base + cut)
             self._trim(cut)
             return
         scanned = scan(data, self.open_at, len(data), self.base, self.damage, final=False, stop_at=cut)
-        self._deliver(scanned.events, self.base + scanned.good_end)
+        self._deliver(scanned.events, good_end=self.base + scanned.good_end)
         if scanned.stop > self.open_at:
             self._trim(scanned.stop)
         # an event runs on past the cut: wait for twice the text before trying again (linear overall)
         self.next_piece = max(PIECE_BYTES, 2 * (len(self.data) - self.open_at))
 
-    def _deliver(self, events: list[Event], good_end: int) -> None:
+    def _deliver(self, events: list[Any], typed: bool = False, *, good_end: int) -> None:
         if events:
             self.result.events += len(events)
-            self.on_events(events)
+            if typed and self.on_typed is not None:
+                self.on_typed(events)
+            else:
+                self.on_events(events)
             self.last_good = max(self.last_good, good_end)
 
     def _trim(self, at: int) -> None:
@@ -231,14 +246,15 @@ class _Reader:
         cut = last_boundary(data, self.open_at + 1)
         if cut > 0:  # the sound part in one decode; if it is not sound (or the cut is inside a string),
             try:     # everything left is read event by event below
-                self._deliver(_decode_array(data, self.open_at, cut), self.base + cut)
+                self._deliver(*_decode_array(data, self.open_at, cut, self.on_typed is not None),
+                              good_end=self.base + cut)
                 self._trim(cut)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 pass
         if self.result.events == 0 and not truncated_gzip and _is_complete_json(self.data):
             raise NotATraceError("not a Kineto trace: the events array holds no event objects", path)
         scanned = scan(self.data, self.open_at, len(self.data), self.base, self.damage, final=True)
-        self._deliver(scanned.events, self.base + scanned.good_end)
+        self._deliver(scanned.events, good_end=self.base + scanned.good_end)
         self._report(closed=False)
         return None
 
@@ -249,17 +265,18 @@ class _Reader:
         if skip_ws(data, self.open_at + 1) >= close:
             return  # "[]"
         try:
-            self._deliver(_decode_array(data, self.open_at, close), self.base + close)
+            self._deliver(*_decode_array(data, self.open_at, close, self.on_typed is not None),
+                          good_end=self.base + close)
             return
         except msgspec.ValidationError:
             events = decode_each(data, self.open_at, close, self.damage)
         except (msgspec.DecodeError, RecursionError):
             events = None
         if events is not None:
-            self._deliver(events, self.base + close)
+            self._deliver(events, good_end=self.base + close)
             return
         scanned = scan(data, self.open_at, close, self.base, self.damage, final=True)
-        self._deliver(scanned.events, self.base + scanned.good_end)
+        self._deliver(scanned.events, good_end=self.base + scanned.good_end)
 
     def _find_close(self) -> int:
         """Index of the ``]`` that closes the events array: one whose following text is the rest of the
@@ -318,11 +335,14 @@ class _Reader:
         return out
 
 
-def stream_events(path: Path, on_events: Callable[[list[Event]], None], label: str | None = None) -> StreamResult:
+def stream_events(path: Path, on_events: Callable[[list[Event]], None], label: str | None = None,
+                  on_typed: Callable[[list[Any]], None] | None = None) -> StreamResult:
     """Decode the trace at ``path``, handing its events to ``on_events`` a piece at a time. Errors and
-    warnings name the file as ``label`` (what the user gave) where that differs from ``path``."""
+    warnings name the file as ``label`` (what the user gave) where that differs from ``path``. With
+    ``on_typed``, the pieces that decode as TYPED_EVENT go there instead (EventX / EventM with their
+    args decoded, other phases as their own structs), the others to ``on_events`` as Event."""
     blocks = _threaded(_blocks(path, label or path))
-    reader = _Reader(Path(label) if label else path, on_events)
+    reader = _Reader(Path(label) if label else path, on_events, on_typed)
     truncated_gzip = False
     try:
         for block in blocks:

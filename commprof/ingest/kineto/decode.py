@@ -78,19 +78,21 @@ class EventM(EventX, tag="M"):
     """A metadata event (``"ph": "M"``: thread and process names, labels), args decoded alike."""
 
 
-def _untyped(phase: str) -> type[msgspec.Struct]:
+def _untyped(phase: str, fields: list[tuple[str, Any, Any]]) -> type[msgspec.Struct]:
     """An event of a phase no table keeps (flows, instants, counters, ...): Event's fields and types, so
     that it validates exactly as an Event would, its args left raw."""
-    hints = get_type_hints(Event)
-    fields = [(name, hints[name], default) for name, default in zip(Event.__struct_fields__, Event.__struct_defaults__,
-                                                                    strict=True) if name != "ph"]
     return msgspec.defstruct(f"Event_{ord(phase)}", fields, tag_field="ph", tag=phase, gc=False)
+
+
+_HINTS = get_type_hints(Event)
+_FIELDS = [(name, _HINTS[name], default) for name, default in zip(Event.__struct_fields__, Event.__struct_defaults__,
+                                                                  strict=True) if name != "ph"]
 
 
 # the phases of the Trace Event Format; a piece with any other (or none) is decoded as list[Event]
 OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "R", "c", "(", ")", "V",
                 "v")
-TYPED_EVENT = EventX | EventM | Union[tuple(_untyped(phase) for phase in OTHER_PHASES)]  # type: ignore[valid-type]  # noqa: UP007
+TYPED_EVENT = EventX | EventM | Union[tuple(_untyped(phase, _FIELDS) for phase in OTHER_PHASES)]  # type: ignore[valid-type]  # noqa: UP007
 ARGS_DECODER = msgspec.json.Decoder(Args)
 DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)  # what makes args read as missing
 

@@ -71,9 +71,9 @@ def decoded_bytes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     original = stream._decode_array
 
-    def counting(data: bytearray, open_at: int, close_at: int) -> Any:
+    def counting(data: bytearray, open_at: int, close_at: int, typed: bool = False) -> Any:
         calls.append(close_at - open_at)
-        return original(data, open_at, close_at)
+        return original(data, open_at, close_at, typed)
 
     monkeypatch.setattr(stream, "_decode_array", counting)
     return calls

@@ -5,10 +5,12 @@
 1. ``commprof analyze`` of the 53.7 MB real trace as a whole process, cold (an empty table cache) and
    warm (the cache of the cold run), interleaved with HTA 0.5.0's whole process on the same file
    (bench/child.py in .bench-venv) and with the floor: a process that imports what the command needs
-   (polars, numpy, msgspec, the CLI) and decodes the trace with msgspec into the minimal event struct.
+   (polars, numpy, msgspec, the CLI), gunzips the trace with the inflater the ingest uses (zlib-ng where
+   installed, else zlib) and decodes it with msgspec into the minimal event struct.
 2. Kineto ingest speed, per core: one rank's trace of ``--big-mb`` MB (``commprof synth``, generated once
    under /tmp/commprof-bench-kineto) and the real trace, read by ``extract`` in this process; CPU
-   seconds (all threads: the inflate thread too) against the bare decode's CPU seconds on the same file.
+   seconds (all threads: the inflate thread too) against the bare gunzip + decode's CPU seconds on the same
+   file (the same inflater as the ingest's, so the floor is the machine's, not zlib's).
 3. Peak RSS of a whole ``commprof ingest`` process on one generated trace of ``--rss-mb`` MB (0 skips it),
    against its JSON size.
 
@@ -49,8 +51,12 @@ import commprof.cli
 from commprof.ingest.kineto.decode import Event
 class Doc(msgspec.Struct):
     traceEvents: list[Event] = []
+try:
+    from zlib_ng.zlib_ng import decompress as gunzip  # the inflater the ingest uses where installed
+except ImportError:
+    from zlib import decompress as gunzip
 raw = open(sys.argv[1], "rb").read()
-doc = msgspec.json.Decoder(Doc, float_hook=str).decode(gzip.decompress(raw) if raw[:2] == b"\\x1f\\x8b" else raw)
+doc = msgspec.json.Decoder(Doc, float_hook=str).decode(gunzip(raw, 31) if raw[:2] == b"\\x1f\\x8b" else raw)
 """
 
 IMPORTS = "import msgspec, numpy, polars\nimport commprof.cli\n"
@@ -148,6 +154,10 @@ def ingest_rows(traces: list[Path], repeat: int, profile: bool) -> list[dict[str
     from commprof.ingest.kineto.decode import Event
     from commprof.ingest.kineto.reader import extract
 
+    try:
+        from zlib_ng.zlib_ng import decompress as gunzip  # the inflater the ingest uses where installed
+    except ImportError:
+        from zlib import decompress as gunzip
     doc = msgspec.defstruct("Doc", [("traceEvents", list[Event], [])])
     decoder = msgspec.json.Decoder(doc, float_hook=str)
     out = []
@@ -157,7 +167,7 @@ def ingest_rows(traces: list[Path], repeat: int, profile: bool) -> list[dict[str
         now, floor = [], []
         for _ in range(repeat):
             now.append(size / cpu_s(lambda t=trace: extract(t)))
-            floor.append(size / cpu_s(lambda t=trace: decoder.decode(gzip.decompress(t.read_bytes()))))
+            floor.append(size / cpu_s(lambda t=trace: decoder.decode(gunzip(t.read_bytes(), 31))))
         rate, floor_rate = statistics.median(now), statistics.median(floor)
         print(f"  ingest {trace.name} ({size:.1f} MB): {rate:.0f} MB/s, bare decode {floor_rate:.0f} MB/s", flush=True)
         out.append(row(f"Kineto ingest MB/s per core ({trace.name}, {size:.0f} MB)", rate, "MB/s", floor_rate,

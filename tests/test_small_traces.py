@@ -115,3 +115,27 @@ def test_ranks_cell_tells_ints_from_bools_and_floats() -> None:
         assert ranks_cell(value)[1].to_list() == [ranks], value
     assert ranks_cell([True, 2])[1].to_list() == [[2]] and ranks_cell([1, 2])[1].to_list() == [[1, 2]]
     assert ranks_cell([object()])[1].to_list() == [[]]  # no JSON key: parsed, not cached
+
+
+def test_overlap_rank_same_whether_its_collectives_carry_the_added_columns_or_not() -> None:
+    """analyze_rank adds step/overlapped/exposed columns by hstack when they are new and by with_columns
+    when the frame has them already; lane codes come with the GPU-lane flags in one query."""
+    from commprof.analyzers.overlap import OverlapSettings, analyze_rank
+
+    intervals = pl.DataFrame({
+        "lane": ["gpu 0/7", "gpu 0/7", "cpu 1/2", "cpu 1/2", "gpu 0/20"],
+        "kind": pl.Series(["compute", "comm", "compute", "wait", "comm"]).cast(
+            pl.Enum(["compute", "comm", "memory", "wait", "annotation"])),
+        "start_ns": [0, 50, 10, 20, 60], "end_ns": [100, 150, 90, 40, 200], "launch_ns": [0, 45, None, None, 55]})
+    collectives = pl.DataFrame({"pg": ["0", None], "start_ns": [50, 60], "end_ns": [150, 200],
+                                "launch_ns": [45, 55], "wait_ns": [10, None]})
+    marks = pl.DataFrame({"rank": [3, 3], "step": [1, 2], "start_ns": [0, 100], "end_ns": [100, 180]})
+    for hta in (False, True):
+        settings = OverlapSettings(hta_compat=hta)
+        fresh = analyze_rank(3, intervals, collectives, marks, settings)
+        again = analyze_rank(3, intervals, collectives.with_columns(pl.lit(-5, pl.Int64).alias("step")), marks,
+                             settings)
+        assert fresh.collectives.columns == [*collectives.columns, "step", "overlapped_ns", "exposed_ns",
+                                             "exposed_wait_ns"]
+        assert_frame_equal(fresh.collectives, again.collectives)
+        assert hta or fresh.collectives["exposed_ns"].sum() > 0

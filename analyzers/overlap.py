@@ -180,8 +180,14 @@ def analyze_rank(
     starts = intervals["start_ns"].to_numpy().astype(np.int64)
     ends = intervals["end_ns"].to_numpy().astype(np.int64)
     kind = intervals["kind"].cast(pl.String).to_numpy()  # once: ~1 ms per 20k intervals
-    host_side = None if settings.hta_compat else (  # HTA's window is its own (module doc)
-        ~intervals["lane"].str.starts_with("gpu ").fill_null(False).to_numpy() & (kind != "comm"))
+    host_side, lane_codes = None, None  # HTA's window is its own (module doc)
+    if not settings.hta_compat:
+        # the lanes' codes and which lanes are GPU ones in one query (a query costs ~0.1 ms: a small rank's
+        # analysis is mostly such fixed costs); with --hta-compat the intervals are cut first, coded below
+        lanes = intervals.select(pl.col("lane").rank("dense").alias("code"),
+                                 pl.col("lane").str.starts_with("gpu ").fill_null(False).alias("gpu"))
+        lane_codes = lanes["code"].to_numpy().astype(np.int64)
+        host_side = ~lanes["gpu"].to_numpy() & (kind != "comm")
     step_ids, bounds, cutoff = _windows(marks, starts, ends, settings, warnings, rank, keys, host_side)
     if cutoff is not None and keys is not None:
         keep = keys < cutoff
@@ -191,7 +197,7 @@ def analyze_rank(
                             "the trace, as HTA does")
         intervals, starts, ends, kind = intervals.filter(pl.Series(keep)), starts[keep], ends[keep], kind[keep]
         collectives = collectives.filter(_hta_cut_key(collectives).fill_null(np.iinfo(np.int64).max) < cutoff)
-    compute = effective_compute(intervals, kind, starts, ends)
+    compute = effective_compute(intervals, kind, starts, ends, lane_codes)
     comm = iv.union(collectives["start_ns"].to_numpy(), collectives["end_ns"].to_numpy())
     memory = iv.union(starts[kind == "memory"], ends[kind == "memory"])
     shared, pg_steps, window_wait = _collective_shares(rank, collectives, step_ids, bounds, compute)
@@ -203,12 +209,14 @@ def analyze_rank(
 
 def effective_compute(
     intervals: pl.DataFrame, kind: npt.NDArray[np.str_], starts: npt.NDArray[np.int64],
-    ends: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64], lane_codes: npt.NDArray[np.int64] | None = None,
 ) -> iv.Union:
-    """Compute per lane minus the waits and comm calls on the same lane, then merged over lanes."""
+    """Compute per lane minus the waits and comm calls on the same lane, then merged over lanes.
+    ``lane_codes``: the intervals' lanes' dense ranks, when the caller has them."""
     if starts.size == 0:
         return iv.EMPTY
-    lane_codes = intervals.select(pl.col("lane").rank("dense")).to_series().to_numpy().astype(np.int64)
+    if lane_codes is None:
+        lane_codes = intervals.select(pl.col("lane").rank("dense")).to_series().to_numpy().astype(np.int64)
     t0 = int(starts.min())
     span = int(ends.max()) - t0 + 1
     rel_s, rel_e = starts - t0, ends - t0
@@ -317,12 +325,15 @@ def _collective_shares(
     wait_share = np.divide(np.minimum(call_exp, wait), call_exp, out=np.zeros(n), where=call_exp > 0)
     piece_wait = piece_exp * wait_share[owner] if owner.size else piece_exp
     start_step = np.where((cs >= lo) & (cs < hi), step_ids[first], -1)
-    out = collectives.with_columns(
+    added = [
         pl.Series("step", np.where(start_step >= 0, start_step, np.nan), nan_to_null=True).cast(pl.Int64),
         pl.Series("overlapped_ns", np.bincount(owner, weights=piece_ovl, minlength=n)),
         pl.Series("exposed_ns", call_exp),
         pl.Series("exposed_wait_ns", np.bincount(owner, weights=piece_wait, minlength=n)),
-    )
+    ]
+    # hstack when the columns are new (no query: with_columns costs a lazy plan and a collect per rank)
+    out = collectives.with_columns(*added) if any(c.name in collectives.columns for c in added) \
+        else collectives.hstack(added)
     pg = collectives["pg"]
     pg_steps = _pg_step_sums(rank, step_ids[win], (pg.fill_null(UNKNOWN) if pg.null_count() else pg).to_numpy()[owner],
                              ((pe - ps).astype(np.float64), piece_ovl, piece_exp, piece_wait))

@@ -8,6 +8,7 @@ import bisect
 import math
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from commprof.ingest.common import names
@@ -118,42 +119,84 @@ def comm_fields(args: Args | None, fallback: Args | None) -> dict[str, Any]:
     }
 
 
+# The members of a group, parsed and built into a one-row List(Int32) Series once per distinct list in the process:
+# every trace of a run lists every rank in its default group (5,000 ranks: 5,000 Python ints to check and convert
+# per trace, O(ranks^2) over the run), and the traces of a group list the same members. Keyed by the text, or by a
+# list's JSON (which tells 1 from 1.0 and true, where a tuple key would not: True == 1 == 1.0; NaN and inf both
+# write null, and parse_ranks drops all three alike).
+_RANKS_CELLS: dict[object, tuple[int, pl.Series]] = {}
+_RANKS_CELLS_ITEMS = [0]
+_RANKS_CELLS_LIMIT = 1 << 22  # members held in all: ~16 MB of int32, then the cache starts over
+_RANKS_DTYPE = PROCESS_GROUPS["ranks"]
+
+
+def _ranks_key(value: object) -> object | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        try:
+            return msgspec.json.encode(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return None
+
+
+def ranks_cell(value: object) -> tuple[int, pl.Series]:
+    """``parse_ranks(value) or []`` as (its length, a one-row ``ranks`` Series), cached per distinct value."""
+    key = _ranks_key(value)
+    if key is not None:
+        hit = _RANKS_CELLS.get(key)
+        if hit is not None:
+            return hit
+    ranks = parse_ranks(value) or []
+    cell = (len(ranks), pl.Series("ranks", [ranks], dtype=_RANKS_DTYPE))
+    if key is not None:
+        if _RANKS_CELLS_ITEMS[0] + len(ranks) > _RANKS_CELLS_LIMIT:
+            _RANKS_CELLS.clear()
+            _RANKS_CELLS_ITEMS[0] = 0
+        _RANKS_CELLS[key] = cell
+        _RANKS_CELLS_ITEMS[0] += len(ranks)
+    return cell
+
+
 def process_groups(dist: Any, arg_sources: list[Args], sidecar: dict[str, Any] | None = None) -> pl.DataFrame:
     """Groups from ``distributedInfo.pg_config``, completed by those named in per-op args and in the
-    record sidecar."""
-    rows: dict[str, dict[str, Any]] = {}
+    record sidecar. Built by columns, the members from ``ranks_cell`` (once per distinct list)."""
+    rows: dict[str, tuple[Any, tuple[int, pl.Series], int | None, Any]] = {}
     for group in (sidecar or {}).get("process_groups") or []:
-        ranks = parse_ranks(group.get("ranks")) or []
-        rows[str(group.get("name"))] = {
-            "pg": str(group.get("name")), "desc": group.get("desc"), "ranks": ranks,
-            "size": bounded_int(group.get("size"), 1, MAX_RANK) or len(ranks) or None, "backend": group.get("backend"),
-        }
+        cell = ranks_cell(group.get("ranks"))
+        size = bounded_int(group.get("size"), 1, MAX_RANK) or cell[0] or None
+        rows[str(group.get("name"))] = (group.get("desc"), cell, size, group.get("backend"))
     configs = dist.pg_config if dist is not None and dist.pg_config is not None else []
     if isinstance(configs, dict):
         configs = list(configs.values())
     for cfg in configs:
-        ranks = parse_ranks(cfg.ranks) or []
+        cell = ranks_cell(cfg.ranks)
         if str(cfg.pg_name) in rows:
             continue
-        rows[str(cfg.pg_name)] = {
-            "pg": str(cfg.pg_name),
-            "desc": cfg.pg_desc or None,
-            "ranks": ranks,
-            "size": bounded_int(cfg.pg_size, 1, MAX_RANK) or len(ranks) or None,
-            "backend": cfg.backend_config or (dist.backend if dist else None),
-        }
+        rows[str(cfg.pg_name)] = (cfg.pg_desc or None, cell, bounded_int(cfg.pg_size, 1, MAX_RANK) or cell[0] or None,
+                                  cfg.backend_config or (dist.backend if dist else None))
     for args in arg_sources:
         if args.pg_name is None or str(args.pg_name) in rows:
             continue
-        ranks = parse_ranks(args.pg_ranks) or []
-        rows[str(args.pg_name)] = {
-            "pg": str(args.pg_name),
-            "desc": args.pg_desc,
-            "ranks": ranks,
-            "size": bounded_int(args.group_size, 1, MAX_RANK) or len(ranks) or None,
-            "backend": dist.backend if dist else None,
-        }
-    return pl.DataFrame(list(rows.values()), schema=PROCESS_GROUPS) if rows else pl.DataFrame(schema=PROCESS_GROUPS)
+        cell = ranks_cell(args.pg_ranks)
+        rows[str(args.pg_name)] = (args.pg_desc, cell, bounded_int(args.group_size, 1, MAX_RANK) or cell[0] or None,
+                                   dist.backend if dist else None)
+    if not rows:
+        return pl.DataFrame(schema=PROCESS_GROUPS)
+    descs = [row[0] for row in rows.values()]
+    backends = [row[3] for row in rows.values()]
+    if not all(v is None or type(v) is str for v in (*descs, *backends)):
+        # a sidecar's desc or backend that is not text: the row-wise build casts it (1 -> "1") or says why not
+        return pl.DataFrame([{"pg": pg, "desc": desc, "ranks": cell[1][0].to_list(), "size": size, "backend": backend}
+                             for pg, (desc, cell, size, backend) in rows.items()], schema=PROCESS_GROUPS)
+    cells = [row[1][1] for row in rows.values()]
+    return pl.DataFrame([
+        pl.Series("pg", list(rows), dtype=pl.String), pl.Series("desc", descs, dtype=pl.String),
+        pl.concat(cells, rechunk=True) if len(cells) > 1 else cells[0],
+        pl.Series("size", [row[2] for row in rows.values()], dtype=pl.Int32),
+        pl.Series("backend", backends, dtype=pl.String),
+    ])
 
 
 class CallOps:

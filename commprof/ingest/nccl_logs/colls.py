@@ -8,6 +8,8 @@ message size, not the full buffer nccl-tests uses for busbw; the analyzers scale
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from commprof.ingest.nccl_logs import patterns as pt
@@ -69,20 +71,7 @@ def _by_regex(raw: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def coll_frame(msgs: list[str], comm_index: list[int], process_index: list[int]) -> tuple[pl.DataFrame, int]:
-    """Parse COLL messages; returns the rows that parsed and how many did not (cut lines)."""
-    raw = pl.DataFrame(
-        {
-            "msg": pl.Series(msgs, dtype=pl.String),
-            "comm_index": pl.Series(comm_index, dtype=pl.Int32),
-            "process_index": pl.Series(process_index, dtype=pl.Int32),
-        }
-    )
-    split = _by_split(raw)
-    ok = split.get_column("ok")
-    parsed = split.filter(ok).drop("ok")
-    if not ok.all():
-        parsed = pl.concat([parsed, _by_regex(raw.filter(~ok)).select(parsed.columns)])
+def _typed(parsed: pl.DataFrame) -> pl.DataFrame:
     dtype, count = pl.col("dtype"), pl.col("count").cast(pl.Int64, strict=False)
     frame = parsed.select(
         "op",
@@ -98,4 +87,81 @@ def coll_frame(msgs: list[str], comm_index: list[int], process_index: list[int])
         "comm_index",
         "process_index",
     )
-    return frame.cast(COLL_SCHEMA), raw.height - frame.height  # type: ignore[arg-type]
+    return frame.cast(COLL_SCHEMA)  # type: ignore[arg-type]
+
+
+def _raw(msgs: list[str], comm_index: list[int], process_index: list[int]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "msg": pl.Series(msgs, dtype=pl.String),
+            "comm_index": pl.Series(comm_index, dtype=pl.Int32),
+            "process_index": pl.Series(process_index, dtype=pl.Int32),
+        }
+    )
+
+
+def parse_placed(msgs: list[str]) -> pl.DataFrame:
+    """Messages the split places (``bulk.split_ok``), typed; comm and process indices left 0."""
+    return _typed(_by_split(_raw(msgs, [0] * len(msgs), [0] * len(msgs))).drop("ok"))
+
+
+Segment = Any  # bulk.BulkRows | tuple[list[str], list[int], list[int]]
+
+
+def chunk_frame(segments: list[Segment]) -> tuple[pl.DataFrame, int]:
+    """A chunk of COLL rows in line order, given as raw messages (with their comm and process indices) and
+    bulk runs (``bulk.BulkRows``). As ``coll_frame`` of all its messages: the rows the split placed, in order,
+    then those only the regex placed; and how many neither did. One parse of all the raw messages, one of
+    the bulk runs' distinct messages, then the pieces put back in order."""
+    from commprof.ingest.nccl_logs.bulk import BulkRows, frame_of
+
+    raws = [seg for seg in segments if not isinstance(seg, BulkRows)]
+    bulks = [seg for seg in segments if isinstance(seg, BulkRows)]
+    typed = bulk_frame = None
+    bad = 0
+    odd_frame = None
+    ok_counts: list[int] = []
+    if raws:
+        raw = _raw([m for seg in raws for m in seg[0]], [c for seg in raws for c in seg[1]],
+                   [p for seg in raws for p in seg[2]])
+        split = _by_split(raw)
+        ok = split.get_column("ok")
+        typed = _typed(split.filter(ok).drop("ok"))
+        bad = raw.height - typed.height
+        okn = ok.to_numpy()
+        at = 0
+        for seg in raws:
+            ok_counts.append(int(okn[at : at + len(seg[0])].sum()))
+            at += len(seg[0])
+        if bad:
+            columns = ["op", "opcount", "count", "dtype", "redop", "root", "ptr", "nranks", "stream", "comm_index",
+                       "process_index"]
+            odd_frame = _typed(_by_regex(raw.filter(~ok)).select(columns))
+            bad -= odd_frame.height
+    if bulks:
+        bulk_frame = frame_of(bulks, parse_placed)
+    frames = []
+    raw_at = bulk_at = 0
+    raw_i = 0
+    for seg in segments:
+        if isinstance(seg, BulkRows):
+            assert bulk_frame is not None
+            frames.append(bulk_frame.slice(bulk_at, seg.height))
+            bulk_at += seg.height
+        else:
+            assert typed is not None
+            n = ok_counts[raw_i]
+            raw_i += 1
+            if n:
+                frames.append(typed.slice(raw_at, n))
+                raw_at += n
+    if odd_frame is not None:
+        frames.append(odd_frame)
+    if not frames:
+        return pl.DataFrame(schema=COLL_SCHEMA), bad
+    return pl.concat(frames, rechunk=True), bad
+
+
+def coll_frame(msgs: list[str], comm_index: list[int], process_index: list[int]) -> tuple[pl.DataFrame, int]:
+    """Parse COLL messages; returns the rows that parsed and how many did not (cut lines)."""
+    return chunk_frame([(msgs, comm_index, process_index)])

@@ -21,9 +21,12 @@ from pathlib import Path
 
 import polars as pl
 
+import numpy as np
+
+from commprof.ingest.nccl_logs import bulk
 from commprof.ingest.nccl_logs import handlers as hd
 from commprof.ingest.nccl_logs import patterns as pt
-from commprof.ingest.nccl_logs.colls import COLL_SCHEMA, coll_frame
+from commprof.ingest.nccl_logs.colls import COLL_SCHEMA, Segment, chunk_frame
 from commprof.ingest.nccl_logs.infer import infer_comms
 from commprof.ingest.nccl_logs.records import CommRank, Link, ParseStats, Process, Tuning, Warn
 from commprof.ingest.nccl_logs.scan import Skipped, is_paste, open_text, read_candidates, text_encoding
@@ -31,6 +34,8 @@ from commprof.ingest.nccl_logs.state import Head, State
 
 COLL_CHUNK_ROWS = 25_000  # small enough that little of the polars work is left for the end
 HEAD_CACHE_MAX = 50_000
+READ_AHEAD_BYTES = 8 << 20  # files up to this size are read ahead and their dense pieces prepared together
+BATCH_BYTES = 32 << 20
 
 
 @dataclass
@@ -77,6 +82,8 @@ class LogParser:
         self._coll_msgs: list[str] = []
         self._coll_comm: list[int] = []
         self._coll_proc: list[int] = []
+        self._segments: list[Segment] = []  # the chunk's rows before ``_coll_msgs``: raw lists and bulk frames
+        self._seg_rows = 0
         self._coll_frames: list[Future[tuple[pl.DataFrame, int]]] = []
         self._pool: ThreadPoolExecutor | None = None
         self._seq_base = 0  # line numbers across files, so "most recently touched" spans files
@@ -116,10 +123,45 @@ class LogParser:
                     for part in read_candidates(view, raw.fileno()):
                         if isinstance(part, Skipped):
                             ctx.skip(part)
+                        elif len(part) >= bulk.DENSE_PIECE_CHARS:
+                            self._feed_dense(bulk.prepare([part])[0], part, ctx)
                         else:
                             self._feed(io.StringIO(part, newline=None), ctx)
         self._end(ctx)
         return True
+
+    def parse_files(self, paths: Iterable[str | Path]) -> None:
+        """``parse_file`` of each path, in order; small plain UTF-8 files are read ahead, up to ``BATCH_BYTES``
+        of them, so that their dense pieces are split and keyed by one polars pass (``bulk.prepare``)."""
+        pending: list[tuple[str, list[str | Skipped]]] = []
+        size = 0
+        for path in paths:
+            parts = _read_ahead(Path(path))
+            if parts is None:
+                self._parse_batch(pending)
+                pending, size = [], 0
+                self.parse_file(path)
+                continue
+            pending.append((str(path), parts))
+            size += sum(len(p) for p in parts if isinstance(p, str))
+            if size >= BATCH_BYTES:
+                self._parse_batch(pending)
+                pending, size = [], 0
+        self._parse_batch(pending)
+
+    def _parse_batch(self, files: list[tuple[str, list[str | Skipped]]]) -> None:
+        dense = [p for _, parts in files for p in parts if isinstance(p, str) and len(p) >= bulk.DENSE_PIECE_CHARS]
+        pieces = iter(bulk.prepare(dense) if dense else [])
+        for name, parts in files:
+            ctx = self._begin(name)
+            for part in parts:
+                if isinstance(part, Skipped):
+                    ctx.skip(part)
+                elif len(part) >= bulk.DENSE_PIECE_CHARS:
+                    self._feed_dense(next(pieces), part, ctx)
+                else:
+                    self._feed(io.StringIO(part, newline=None), ctx)
+            self._end(ctx)
 
     def parse_lines(self, lines: Iterable[str], file: str) -> None:
         ctx = self._begin(file)
@@ -153,6 +195,7 @@ class LogParser:
         base = self._seq_base
         line_no = ctx.line_no
         n_coll = 0
+        room = COLL_CHUNK_ROWS - self._seg_rows
         for line in lines:
             line_no += 1
             k = line.find("NCCL INFO ")
@@ -177,14 +220,16 @@ class LogParser:
                     msgs.append(msg)
                     proc_idx.append(proc.index)
                     n_coll += 1
-                    if len(msgs) >= COLL_CHUNK_ROWS:
+                    if len(msgs) >= room:
                         self._flush_colls()
                         msgs, comm_idx, proc_idx = self._coll_msgs, self._coll_comm, self._coll_proc
+                        room = COLL_CHUNK_ROWS
                     continue
             st.seq = base + line_no
             fam = self._line(line, file, line_no, heads, counts)
             counts[fam] = counts.get(fam, 0) + 1
             msgs, comm_idx, proc_idx = self._coll_msgs, self._coll_comm, self._coll_proc  # ``_coll`` may flush
+            room = COLL_CHUNK_ROWS - self._seg_rows
         ctx.line_no = line_no
         ctx.n_coll += n_coll
 
@@ -318,19 +363,164 @@ class LogParser:
         self._coll_msgs.append(msg)
         self._coll_comm.append(rec.index if rec is not None else -1)
         self._coll_proc.append(proc.index)
-        if len(self._coll_msgs) >= COLL_CHUNK_ROWS:
+        if len(self._coll_msgs) >= COLL_CHUNK_ROWS - self._seg_rows:
             self._flush_colls()
         return "coll"
 
     def _flush_colls(self) -> None:
         """Hand a chunk of COLL messages to a worker thread: polars releases the GIL, so the
         vectorised parse of one chunk overlaps the Python loop reading the next."""
-        if not self._coll_msgs:
+        self._close_segment()
+        if not self._segments:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commprof-nccl-coll")
-        self._coll_frames.append(self._pool.submit(coll_frame, self._coll_msgs, self._coll_comm, self._coll_proc))
-        self._coll_msgs, self._coll_comm, self._coll_proc = [], [], []
+        self._coll_frames.append(self._pool.submit(chunk_frame, self._segments))
+        self._segments, self._seg_rows = [], 0
+
+    def _close_segment(self) -> None:
+        if self._coll_msgs:
+            self._segments.append((self._coll_msgs, self._coll_comm, self._coll_proc))
+            self._seg_rows += len(self._coll_msgs)
+            self._coll_msgs, self._coll_comm, self._coll_proc = [], [], []
+
+    def _add_colls(self, frame: bulk.BulkRows) -> None:
+        """Parsed COLL rows of a bulk run, after the messages gathered so far; chunks cut where the loop cuts them."""
+        self._close_segment()
+        while frame.height:
+            room = COLL_CHUNK_ROWS - self._seg_rows
+            self._segments.append(frame.slice(0, room))
+            self._seg_rows += min(room, frame.height)
+            frame = frame.slice(room, frame.height)
+            if self._seg_rows >= COLL_CHUNK_ROWS:
+                self._flush_colls()
+
+    # -- pieces dense in COLL lines (see ``bulk``) ---------------------------------------------------------
+
+    def _feed_dense(self, piece: bulk.Piece | None, part: str, ctx: _FileRead) -> None:
+        if piece is None:
+            self._feed(io.StringIO(part, newline=None), ctx)
+            return
+        batch, start, n = piece.batch, piece.start, piece.end - piece.start
+        row_key = batch.key[start : piece.end]
+        fast = batch.kinds[row_key] != bulk.EVENT
+        # the first COLL / TUNING line of a prefix this file has not cached goes through the loop (it makes the Head)
+        first: dict[str, int] = {}
+        for u in np.unique(row_key).tolist():
+            key = batch.keys[u]
+            if key.kind != bulk.EVENT and key.prefix not in ctx.heads:
+                at = int(batch.first[u]) - start
+                if at < first.get(key.prefix, n):
+                    first[key.prefix] = at
+        if first:
+            fast[list(first.values())] = False
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], fast.view(np.int8), [0]))))
+        lines = batch.lines
+        pos = 0
+        for a, b in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+            if b - a < bulk.MIN_RUN:
+                continue
+            if a > pos:
+                self._feed(lines.slice(start + pos, a - pos).to_list(), ctx)
+            if not self._bulk(batch, start + a, start + b, ctx):
+                self._feed(lines.slice(start + a, b - a).to_list(), ctx)
+            pos = b
+        if pos < n:
+            self._feed(lines.slice(start + pos, n - pos).to_list(), ctx)
+
+    def _bulk(self, piece: bulk.Batch, a: int, b: int, ctx: _FileRead) -> bool:
+        """Lines ``a:b`` of the piece, all COLL lines of the loop's fast path or TUNING lines, in one go;
+        False (nothing done) where a prefix is not cached (the cache is full), for the loop to read them."""
+        st, keys = self.state, piece.keys
+        row_key = piece.key[a:b]
+        nk = len(keys)
+        rec_k = np.full(nk, -1, dtype=np.int64)
+        proc_k = np.zeros(nk, dtype=np.int64)
+        thr_k = np.zeros(nk, dtype=np.int64)
+        kind_k = np.zeros(nk, dtype=np.int8)
+        threads: dict[tuple[int, int], int] = {}
+        thread_of: list[tuple[Process, int]] = []
+        procs: dict[int, Process] = {}
+        for u in np.unique(row_key).tolist():
+            key = keys[u]
+            h = ctx.heads.get(key.prefix)
+            if h is None:
+                return False
+            proc, tid = h.process, h.tid
+            t = threads.get((proc.index, tid))
+            if t is None:
+                t = threads[proc.index, tid] = len(thread_of)
+                thread_of.append((proc, tid))
+            procs[proc.index] = proc
+            thr_k[u], proc_k[u], kind_k[u] = t, proc.index, key.kind
+            if key.kind == bulk.COLL:
+                rec = proc.comm_by_ptr.get(key.ptr) or st.by_ptr(proc, key.ptr)
+                if rec is not None:
+                    rec_k[u] = rec.index
+        kind, rec_row, thr, prc = kind_k[row_key], rec_k[row_key], thr_k[row_key], proc_k[row_key]
+        colls = np.flatnonzero(kind == bulk.COLL)
+        named = colls[rec_row[colls] >= 0]  # COLL lines whose communicator is known
+        tunings = np.flatnonzero(kind == bulk.TUNING)
+        seq0 = self._seq_base + ctx.line_no + 1  # line a's place across files
+        comms = st.comms
+        if len(tunings):  # they read the state as it stood at their line: before this run's updates
+            self._bulk_tuning(piece, row_key, tunings, colls, named, rec_row, thr, prc, thread_of)
+            ctx.counts["tuning"] = ctx.counts.get("tuning", 0) + len(tunings)
+            st.seq = seq0 + int(tunings[-1])
+        for r, j in _last(rec_row[named], named):
+            rec = comms[r]
+            rec.touch = seq0 + j
+            rec.coll_touched = True
+        for p, j in _last(prc[named], named):
+            procs[p].current = comms[rec_row[j]]
+        for t, j in _last(thr[named], named):
+            proc, tid = thread_of[t]
+            proc.current_by_tid[tid] = comms[rec_row[j]]
+        for t, j in _last(thr[colls], colls):
+            proc, tid = thread_of[t]
+            line: str = lines_item(piece.lines, a + j)
+            proc.last_coll_by_tid[tid] = line[len(keys[row_key[j]].prefix) + 10 :]
+        if len(colls):
+            self._add_colls(bulk.BulkRows(piece, a + colls, rec_row[colls], prc[colls]))
+            ctx.n_coll += len(colls)
+        ctx.line_no += b - a
+        return True
+
+    def _bulk_tuning(
+        self,
+        piece: bulk.Batch,
+        row_key: np.ndarray,
+        tunings: np.ndarray,
+        colls: np.ndarray,
+        named: np.ndarray,
+        rec_row: np.ndarray,
+        thr: np.ndarray,
+        prc: np.ndarray,
+        thread_of: list[tuple[Process, int]],
+    ) -> None:
+        """TUNING lines of a bulk run, as ``handlers.tuning`` reads each: the communicator its thread (else
+        its process) touched last, and the op of its thread's last COLL line when it names none."""
+        keys, comms, out = piece.keys, self.state.comms, self.state.tuning
+        by_thread = _last_before(thr, named, tunings).tolist()
+        by_proc = _last_before(prc, named, tunings).tolist()
+        last_coll = _last_before(thr, colls, tunings).tolist()
+        for t, j1, j2, j3 in zip(tunings.tolist(), by_thread, by_proc, last_coll, strict=True):
+            fields = keys[row_key[t]].fields
+            assert fields is not None
+            proc, tid = thread_of[thr[t]]
+            rec: CommRank | None = None
+            if tid >= 0:
+                rec = comms[rec_row[j1]] if j1 >= 0 else proc.current_by_tid.get(tid)
+            if rec is None:
+                rec = comms[rec_row[j2]] if j2 >= 0 else proc.current
+            op = fields[0]
+            if op is None:
+                if j3 >= 0:
+                    op = keys[row_key[j3]].op
+                else:
+                    last = proc.last_coll_by_tid.get(tid, "")
+                    op = last[: last.find(":")] if ":" in last else None
+            out.append(Tuning(rec, op, *fields[1:]))
 
     def _gather_colls(self) -> pl.DataFrame:
         frames = []
@@ -370,12 +560,59 @@ class LogParser:
         )
 
 
+def _read_ahead(path: Path) -> list[str | Skipped] | None:
+    """The pieces of a small plain UTF-8 file (what ``_parse_utf8`` reads); None for any other file, or one
+    that fails to read: ``parse_file`` reads those (and says why it could not)."""
+    try:
+        if path.suffix == ".gz" or path.stat().st_size > READ_AHEAD_BYTES or is_paste(path):
+            return None
+        with open(path, "rb") as raw:
+            if text_encoding(raw.read(2)) != "utf-8":
+                return None
+            try:
+                view = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:  # empty
+                return []
+            with view:
+                return list(read_candidates(view, raw.fileno()))
+    except (OSError, EOFError, ValueError):
+        return None
+
+
+def lines_item(lines: pl.Series, i: int) -> str:
+    value: str = lines[i]
+    return value
+
+
+def _last(values: np.ndarray, at: np.ndarray) -> list[tuple[int, int]]:
+    """Each distinct value and the last of the positions ``at`` where it stands."""
+    if not len(values):
+        return []
+    uniq, back = np.unique(values[::-1], return_index=True)
+    return list(zip(uniq.tolist(), at[len(at) - 1 - back].tolist(), strict=True))
+
+
+def _last_before(groups: np.ndarray, at: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """For each target row, the last of the rows ``at`` (ascending) before it in the same group; -1 if none."""
+    out = np.full(len(targets), -1, dtype=np.int64)
+    if not len(at):
+        return out
+    tg = groups[targets]
+    for g in np.unique(tg).tolist():
+        pos = at[groups[at] == g]
+        if not len(pos):
+            continue
+        sel = np.flatnonzero(tg == g)
+        j = np.searchsorted(pos, targets[sel]) - 1
+        out[sel] = np.where(j >= 0, pos[np.maximum(j, 0)], -1)
+    return out
+
+
 def parse_nccl_logs(paths: Iterable[str | Path]) -> NcclLogs:
     """Parse NCCL log files into records. Unreadable files are listed in ``stats.skipped_files``;
     lines that cannot be parsed are counted by kind in ``stats.skipped``; nothing raises."""
     parser = LogParser()
-    for path in paths:
-        parser.parse_file(path)
+    parser.parse_files(paths)
     return parser.finish()
 
 

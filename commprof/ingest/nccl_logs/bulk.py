@@ -1,0 +1,197 @@
+"""Pieces of a log dense in COLL lines, read in bulk instead of one Python step per line.
+
+A 128-rank job's log is nearly all COLL lines (one per collective per rank) and TUNING lines. The same few
+messages repeat with only the ``opCount`` changing, so a dense piece is split into lines by polars, each line
+keyed by its text with the opCount's hex digits left out, and each distinct key is read once, in Python, by
+the same tests the line loop makes (``classify``): a COLL line the loop's fast path would take, a TUNING line,
+or anything else. Runs of COLL and TUNING lines then update the parser's state with their last values (the
+communicator each thread and process touched last, each communicator's last line, each thread's last COLL
+message), their TUNING lines read that state as it stood at their line, and their COLL rows are built from
+the key's parsed fields and the line's own opCount. Everything else — and the first line of a prefix the
+file has not shown yet, and runs too short to be worth it — goes through the line loop, so records, line
+numbers, counts and warnings stay what the loop gives.
+
+The hex digits cannot take part in any text the parser looks for (``NCCL INFO ``, ``opCount ``, `` comm ``,
+``NCCL ``, ``Bytes -> Algo``, `` via ``: each holds a letter that is not a hex digit), so every line of a key
+is read as its key's representative line (the opCount written ``0``) is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from commprof.ingest.nccl_logs import patterns as pt
+
+DENSE_PIECE_CHARS = 1 << 16  # pieces shorter than this go through the line loop (many small files: as before)
+MIN_RUN = 32  # runs of COLL / TUNING lines shorter than this go through the line loop too
+MAX_KEY_SHARE = 0.25  # a piece with more distinct keys than this share of its lines: the line loop
+
+EVENT, COLL, TUNING = 0, 1, 2
+
+
+@dataclass(slots=True)
+class Key:
+    """What a distinct line (opCount aside) is: its kind, its prefix and what its kind needs."""
+
+    kind: int
+    prefix: str = ""
+    ptr: str = ""  # COLL: the comm pointer the fast path reads
+    op: str | None = None  # COLL: what a TUNING line without an op name borrows from it
+    fields: pt.TuningFields | None = None  # TUNING
+
+
+def classify(rep: str) -> Key:
+    """The loop's tests on a representative line: the COLL fast path's, else what ``_line`` would do."""
+    k = rep.find("NCCL INFO ")
+    if k < 0:
+        return Key(EVENT)
+    if "opCount " in rep:
+        if rep.count("NCCL ", k + 10) != 0:
+            return Key(EVENT)
+        i = rep.rfind(" comm ")
+        if i <= k or rep.find(" opCount ") < k + 10:
+            return Key(EVENT)
+        j = rep.find(" ", i + 6)
+        ptr = rep[i + 6 : j] if j > 0 else rep[i + 6 :].rstrip()
+        msg = rep[k + 10 :]
+        return Key(COLL, rep[:k], ptr, msg[: msg.find(":")] if ":" in msg else None)
+    msg = rep[k + 10 :]
+    if "NCCL " in msg or " via " in msg or "Bytes -> Algo" not in msg:
+        return Key(EVENT)
+    fields = pt.tuning_fields(msg.rstrip())
+    if fields is None:
+        return Key(EVENT)
+    return Key(TUNING, rep[:k], fields=fields)
+
+
+_TOKENS = ((1, "opCount"), (3, "sendbuff"), (5, "recvbuff"), (7, "count"), (9, "datatype"), (11, "op"),
+           (13, "root"), (15, "comm"))
+
+
+def split_ok(msg: str) -> bool:
+    """``colls._by_split``'s test, in Python: the keywords sit where the format puts them."""
+    f = msg.split(" ", 19)
+    return len(f) > 15 and f[0].endswith(":") and all(f[i] == word for i, word in _TOKENS)
+
+
+@dataclass
+class Batch:
+    """Dense pieces split and keyed together (one polars pass for many small files)."""
+
+    lines: pl.Series  # every piece's lines, line breaks kept (as ``io.StringIO(newline=None)`` gives them)
+    key: np.ndarray  # per line: index into ``keys``
+    keys: list[Key]
+    kinds: np.ndarray  # per key: its kind
+    first: np.ndarray  # per key: its first line
+    msgs: list[str]  # per key: the COLL message its lines share, opCount 0 ("" for other keys)
+    op_count: pl.Series  # per line: the opCount (Int64; null where the line has none)
+
+
+@dataclass
+class Piece:
+    """One piece of a batch: lines ``start:end`` of it."""
+
+    batch: Batch
+    start: int
+    end: int
+
+
+OPCOUNT = r" opCount ([0-9a-fA-F]{1,15}) "  # the first one a line holds: left out of its key
+
+
+def prepare(parts: list[str]) -> list[Piece | None]:
+    """Split and key decoded pieces; None for a piece where bulk reading would not pay (or if keys collide)."""
+    # universal newlines, as the loop's ``io.StringIO(part, newline=None)`` reads them
+    texts = [p.replace("\r\n", "\n").replace("\r", "\n") if "\r" in p else p for p in parts]
+    line = pl.col("line")
+    frame = (
+        pl.DataFrame({"piece": pl.Series(range(len(texts)), dtype=pl.Int32), "line": texts})
+        .lazy()
+        .select("piece", line.str.split("\n", inclusive=True))
+        .explode("line")
+        .filter(line.is_not_null())
+        .with_columns(
+            line.str.replace(OPCOUNT, " opCount 0 ").alias("key"),
+            line.str.extract(OPCOUNT, 1).str.to_integer(base=16, strict=False).alias("op_count"),
+        )
+        .with_columns(pl.struct("piece", "key").hash().alias("hash"))
+        .collect()
+    )
+    counts = np.bincount(frame.get_column("piece").to_numpy(), minlength=len(texts))
+    _, first, inverse = np.unique(frame.get_column("hash").to_numpy(), return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    reps = pl.Series(first[inverse])
+    same = frame.select(*(pl.col(c).gather(reps).eq(pl.col(c)).all() for c in ("piece", "key"))).row(0)
+    if not all(same):
+        return [None] * len(parts)  # two keys share a hash: every piece line by line
+    firsts = pl.Series(first)
+    keys, msgs = [], []
+    for rep, shaped in frame.select(
+        pl.col("key").gather(firsts), pl.col("op_count").gather(firsts).is_not_null()
+    ).iter_rows():
+        key = classify(rep)
+        msg = ""
+        if key.kind == COLL:
+            msg = rep[len(key.prefix) + 10 :]
+            j = rep.find(" opCount ")
+            if not shaped or rep[j + 9 : j + 11] != "0 " or not split_ok(msg):
+                key, msg = Key(EVENT), ""  # no hex opCount, odd spacing (the regex path): the loop reads it
+        keys.append(key)
+        msgs.append(msg)
+    batch = Batch(
+        frame.get_column("line"), inverse, keys, np.array([k.kind for k in keys], dtype=np.int8), first, msgs,
+        frame.get_column("op_count"),
+    )
+    out: list[Piece | None] = []
+    start = 0
+    for n in counts.tolist():
+        used = len(np.unique(inverse[start : start + n]))
+        out.append(Piece(batch, start, start + n) if n and used <= MAX_KEY_SHARE * n else None)
+        start += n
+    return out
+
+
+@dataclass
+class BulkRows:
+    """COLL rows of a bulk run, parsed in the worker thread: lines ``rows`` of a batch."""
+
+    batch: Batch
+    rows: np.ndarray
+    comm: np.ndarray
+    proc: np.ndarray
+
+    @property
+    def height(self) -> int:
+        return len(self.rows)
+
+    def slice(self, a: int, n: int) -> BulkRows:
+        return BulkRows(self.batch, self.rows[a : a + n], self.comm[a : a + n], self.proc[a : a + n])
+
+
+def frame_of(segs: list[BulkRows], parse: Callable[[list[str]], pl.DataFrame]) -> pl.DataFrame:
+    """The COLL rows of bulk runs, in order: each distinct message parsed once, then each row its key's
+    fields and its own opCount."""
+    where: dict[tuple[int, int], int] = {}
+    msgs: list[str] = []
+    ats, op_counts = [], []
+    for seg in segs:
+        uniq, inv = np.unique(seg.batch.key[seg.rows], return_inverse=True)
+        slots = []
+        for u in uniq.tolist():
+            slot = where.get((id(seg.batch), u))
+            if slot is None:
+                slot = where[id(seg.batch), u] = len(msgs)
+                msgs.append(seg.batch.msgs[u])
+            slots.append(slot)
+        ats.append(np.array(slots, dtype=np.int64)[inv.reshape(-1)])
+        op_counts.append(seg.batch.op_count.gather(pl.Series(seg.rows, dtype=pl.Int64)))
+    table = parse(msgs)
+    return table[np.concatenate(ats)].with_columns(
+        pl.concat(op_counts).alias("op_count"),
+        pl.Series("comm_index", np.concatenate([seg.comm for seg in segs]), dtype=pl.Int32),
+        pl.Series("process_index", np.concatenate([seg.proc for seg in segs]), dtype=pl.Int32),
+    )

@@ -19,9 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import polars as pl
-
 import numpy as np
+import polars as pl
 
 from commprof.ingest.nccl_logs import bulk
 from commprof.ingest.nccl_logs import handlers as hd

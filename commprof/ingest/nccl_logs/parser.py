@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import io
 import mmap
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from commprof.ingest.nccl_logs.state import Head, State
 COLL_CHUNK_ROWS = 25_000  # small enough that little of the polars work is left for the end
 HEAD_CACHE_MAX = 50_000
 READ_AHEAD_BYTES = 8 << 20  # files up to this size are read ahead and their dense pieces prepared together
-BATCH_BYTES = 32 << 20
+BATCH_BYTES = 16 << 20  # dense text prepared together (two batches in memory at a time)
 
 
 @dataclass
@@ -130,27 +131,31 @@ class LogParser:
         return True
 
     def parse_files(self, paths: Iterable[str | Path]) -> None:
-        """``parse_file`` of each path, in order; small plain UTF-8 files are read ahead, up to ``BATCH_BYTES``
-        of them, so that their dense pieces are split and keyed by one polars pass (``bulk.prepare``)."""
-        pending: list[tuple[str, list[str | Skipped]]] = []
-        size = 0
-        for path in paths:
-            parts = _read_ahead(Path(path))
-            if parts is None:
-                self._parse_batch(pending)
-                pending, size = [], 0
-                self.parse_file(path)
-                continue
-            pending.append((str(path), parts))
-            size += sum(len(p) for p in parts if isinstance(p, str))
-            if size >= BATCH_BYTES:
-                self._parse_batch(pending)
-                pending, size = [], 0
-        self._parse_batch(pending)
+        """``parse_file`` of each path, in order. Small plain UTF-8 files are read ahead, up to ``BATCH_BYTES``
+        of them, so that their dense pieces are split and keyed by one polars pass (``bulk.prepare``) in a
+        worker thread while this one reads the batch before."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="commprof-nccl-prepare") as pool:
+            ahead: deque[tuple[list[tuple[str, list[str | Skipped]]], Future[list[bulk.Piece | None]] | None] | _Other]
+            ahead = deque()
+            for item in _batches(paths):
+                if isinstance(item, _Other):
+                    ahead.append(item)
+                else:
+                    files, dense = item
+                    ahead.append((files, pool.submit(bulk.prepare, dense) if dense else None))
+                while len(ahead) > 1:
+                    self._parse_item(ahead.popleft())
+            while ahead:
+                self._parse_item(ahead.popleft())
 
-    def _parse_batch(self, files: list[tuple[str, list[str | Skipped]]]) -> None:
-        dense = [p for _, parts in files for p in parts if isinstance(p, str) and len(p) >= bulk.DENSE_PIECE_CHARS]
-        pieces = iter(bulk.prepare(dense) if dense else [])
+    def _parse_item(
+        self, item: tuple[list[tuple[str, list[str | Skipped]]], Future[list[bulk.Piece | None]] | None] | _Other
+    ) -> None:
+        if isinstance(item, _Other):
+            self.parse_file(item.path)
+            return
+        files, prepared = item
+        pieces = iter(prepared.result() if prepared is not None else [])
         for name, parts in files:
             ctx = self._begin(name)
             for part in parts:
@@ -557,6 +562,41 @@ class LogParser:
             files=self.files,
             gpu_models=st.gpu_models,
         )
+
+
+@dataclass(frozen=True)
+class _Other:
+    """A file ``parse_file`` reads (not read ahead)."""
+
+    path: str | Path
+
+
+def _batches(
+    paths: Iterable[str | Path],
+) -> Iterator[tuple[list[tuple[str, list[str | Skipped]]], list[str]] | _Other]:
+    """The paths in order: runs of small plain UTF-8 files read ahead (their pieces, and the dense ones among
+    them), up to ``BATCH_BYTES`` of dense text a run; any other file as its path, for ``parse_file``."""
+    files: list[tuple[str, list[str | Skipped]]] = []
+    dense: list[str] = []
+    size = 0
+    for path in paths:
+        parts = _read_ahead(Path(path))
+        if parts is None:
+            if files:
+                yield files, dense
+                files, dense, size = [], [], 0
+            yield _Other(path)
+            continue
+        files.append((str(path), parts))
+        for p in parts:
+            if isinstance(p, str) and len(p) >= bulk.DENSE_PIECE_CHARS:
+                dense.append(p)
+                size += len(p)
+        if size >= BATCH_BYTES:
+            yield files, dense
+            files, dense, size = [], [], 0
+    if files:
+        yield files, dense
 
 
 def _read_ahead(path: Path) -> list[str | Skipped] | None:

@@ -134,7 +134,8 @@ class LogParser:
         """``parse_file`` of each path, in order. Small plain UTF-8 files are read ahead, up to ``BATCH_BYTES``
         of them, so that their dense pieces are split and keyed by one polars pass (``bulk.prepare``) in a
         worker thread while this one reads the batch before."""
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="commprof-nccl-prepare") as pool:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commprof-nccl-prepare")
+        try:
             ahead: deque[tuple[list[tuple[str, list[str | Skipped]]], Future[list[bulk.Piece | None]] | None] | _Other]
             ahead = deque()
             for item in _batches(paths):
@@ -147,6 +148,8 @@ class LogParser:
                     self._parse_item(ahead.popleft())
             while ahead:
                 self._parse_item(ahead.popleft())
+        finally:
+            pool.shutdown()
 
     def _parse_item(
         self, item: tuple[list[tuple[str, list[str | Skipped]]], Future[list[bulk.Piece | None]] | None] | _Other
@@ -504,27 +507,33 @@ class LogParser:
     ) -> None:
         """TUNING lines of a bulk run, as ``handlers.tuning`` reads each: the communicator its thread (else
         its process) touched last, and the op of its thread's last COLL line when it names none."""
-        keys, comms, out = piece.keys, self.state.comms, self.state.tuning
-        by_thread = _last_before(thr, named, tunings).tolist()
-        by_proc = _last_before(prc, named, tunings).tolist()
-        last_coll = _last_before(thr, colls, tunings).tolist()
-        for t, j1, j2, j3 in zip(tunings.tolist(), by_thread, by_proc, last_coll, strict=True):
-            fields = keys[row_key[t]].fields
+        keys, comms = piece.keys, self.state.comms
+        t_thr, t_key = thr[tunings], row_key[tunings]
+        # the state the run found, per thread: its communicator (-1: none, or no tid), its process's, its COLL op
+        at_thr = np.array([_index(proc.current_by_tid.get(tid)) if tid >= 0 else -1 for proc, tid in thread_of] + [-1])
+        at_proc = np.array([_index(proc.current) for proc, _ in thread_of] + [-1])
+        has_tid = np.array([tid >= 0 for _, tid in thread_of] + [False])
+        j = _last_before(thr, named, tunings)  # the thread's last COLL line of a known communicator in the run
+        rec = np.where(has_tid[t_thr], np.where(j >= 0, rec_row[j], at_thr[t_thr]), -1)
+        j = _last_before(prc, named, tunings)  # ... the process's
+        rec = np.where(rec >= 0, rec, np.where(j >= 0, rec_row[j], at_proc[t_thr]))
+        named_op = np.array([_names_op(keys[k]) for k in t_key.tolist()], dtype=bool)
+        j = _last_before(thr, colls, tunings)  # the thread's last COLL line: the op a TUNING line without one takes
+        op_from = np.where(named_op, -1, np.where(j >= 0, row_key[j], -2 - t_thr))
+        combos, inverse = np.unique(np.stack([t_key, rec, op_from], axis=1), axis=0, return_inverse=True)
+        args = []
+        for k, r, o in combos.tolist():
+            fields = keys[k].fields
             assert fields is not None
-            proc, tid = thread_of[thr[t]]
-            rec: CommRank | None = None
-            if tid >= 0:
-                rec = comms[rec_row[j1]] if j1 >= 0 else proc.current_by_tid.get(tid)
-            if rec is None:
-                rec = comms[rec_row[j2]] if j2 >= 0 else proc.current
             op = fields[0]
-            if op is None:
-                if j3 >= 0:
-                    op = keys[row_key[j3]].op
-                else:
-                    last = proc.last_coll_by_tid.get(tid, "")
-                    op = last[: last.find(":")] if ":" in last else None
-            out.append(Tuning(rec, op, *fields[1:]))
+            if o >= 0:
+                op = keys[o].op
+            elif o <= -2:
+                proc, tid = thread_of[-2 - o]
+                last = proc.last_coll_by_tid.get(tid, "")
+                op = last[: last.find(":")] if ":" in last else None
+            args.append((comms[r] if r >= 0 else None, op, *fields[1:]))
+        self.state.tuning.extend([Tuning(*args[c]) for c in inverse.reshape(-1).tolist()])
 
     def _gather_colls(self) -> pl.DataFrame:
         frames = []
@@ -621,6 +630,14 @@ def _read_ahead(path: Path) -> list[str | Skipped] | None:
 def lines_item(lines: pl.Series, i: int) -> str:
     value: str = lines[i]
     return value
+
+
+def _names_op(key: bulk.Key) -> bool:
+    return key.fields is not None and key.fields[0] is not None
+
+
+def _index(rec: CommRank | None) -> int:
+    return rec.index if rec is not None else -1
 
 
 def _last(values: np.ndarray, at: np.ndarray) -> list[tuple[int, int]]:

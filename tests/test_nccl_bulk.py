@@ -215,3 +215,16 @@ def test_colliding_keys_fall_back(small: None, monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(pl.Expr, "hash", lambda self, *a, **k: real(self, *a, **k) * 0)
     assert bulk.prepare([path.read_text()]) == [None]
     _same([path])
+
+
+def test_every_line_its_own_prefix_goes_through_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timestamp before each NCCL prefix: keying would not pay, the loop reads the piece."""
+    calls = _count_bulk(monkeypatch)
+    monkeypatch.setattr(bulk, "DENSE_PIECE_CHARS", 1024)
+    coll = COLL.format(op="AllReduce", n=7, c=8, ptr="0x55d1")
+    lines = [f"2026-12-04 10:00:{i // 1000:02d}.{i % 1000:03d} " + P + coll for i in range(3000)]
+    path = tmp_path / "stamped.log"
+    path.write_text(INITS[0] + "\n" + "\n".join(lines) + "\n")
+    assert not bulk.worth_it(path.read_text())
+    _same([path])
+    assert not calls

@@ -29,6 +29,7 @@ from commprof.ingest.nccl_logs import patterns as pt
 DENSE_PIECE_CHARS = 1 << 16  # pieces shorter than this go through the line loop (many small files: as before)
 MIN_RUN = 32  # runs of COLL / TUNING lines shorter than this go through the line loop too
 MAX_KEY_SHARE = 0.25  # a piece with more distinct keys than this share of its lines: the line loop
+SAMPLE_CHARS = 16_384  # the head of a piece whose prefixes say whether keying it pays
 
 EVENT, COLL, TUNING = 0, 1, 2
 
@@ -103,8 +104,26 @@ class Piece:
 OPCOUNT = r" opCount ([0-9a-fA-F]{1,15}) "  # the first one a line holds: left out of its key
 
 
+def worth_it(part: str) -> bool:
+    """Whether the lines of a piece's head repeat their prefixes (a log of one or a few threads); not where
+    every line has its own (a timestamp before the NCCL prefix): keys would be as many as lines."""
+    head = part[:SAMPLE_CHARS].splitlines()[:-1] or [part]
+    prefixes = {line[: line.find("NCCL ")] for line in head}
+    return len(prefixes) <= MAX_KEY_SHARE * len(head)
+
+
 def prepare(parts: list[str]) -> list[Piece | None]:
     """Split and key decoded pieces; None for a piece where bulk reading would not pay (or if keys collide)."""
+    worth = [worth_it(p) for p in parts]
+    out: list[Piece | None] = [None] * len(parts)
+    chosen = [i for i, w in enumerate(worth) if w]
+    if chosen:
+        for i, piece in zip(chosen, _prepare([parts[i] for i in chosen]), strict=True):
+            out[i] = piece
+    return out
+
+
+def _prepare(parts: list[str]) -> list[Piece | None]:
     # universal newlines, as the loop's ``io.StringIO(part, newline=None)`` reads them
     texts = [p.replace("\r\n", "\n").replace("\r", "\n") if "\r" in p else p for p in parts]
     line = pl.col("line")

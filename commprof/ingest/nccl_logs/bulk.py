@@ -18,6 +18,7 @@ is read as its key's representative line (the opCount written ``0``) is.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -89,7 +90,8 @@ class Batch:
     kinds: np.ndarray  # per key: its kind
     first: np.ndarray  # per key: its first line
     msgs: list[str]  # per key: the COLL message its lines share, opCount 0 ("" for other keys)
-    op_count: pl.Series  # per line: the opCount (Int64; null where the line has none)
+    hex_at: np.ndarray  # per COLL key: where its lines' opCount digits start (characters)
+    rep_len: np.ndarray  # per COLL key: its representative's length (its lines: that, less 1, plus their digits)
 
 
 @dataclass
@@ -102,6 +104,7 @@ class Piece:
 
 
 OPCOUNT = r" opCount ([0-9a-fA-F]{1,15}) "  # the first one a line holds: left out of its key
+_OPCOUNT = re.compile(OPCOUNT)
 
 
 def worth_it(part: str) -> bool:
@@ -135,7 +138,6 @@ def _prepare(parts: list[str]) -> list[Piece | None]:
         .filter(line.is_not_null())
         .with_columns(
             line.str.replace(OPCOUNT, " opCount 0 ").alias("key"),
-            line.str.extract(OPCOUNT, 1).str.to_integer(base=16, strict=False).alias("op_count"),
         )
         .with_columns(pl.struct("piece", "key").hash().alias("hash"))
         .collect()
@@ -148,22 +150,25 @@ def _prepare(parts: list[str]) -> list[Piece | None]:
     if not all(same):
         return [None] * len(parts)  # two keys share a hash: every piece line by line
     firsts = pl.Series(first)
-    keys, msgs = [], []
-    for rep, shaped in frame.select(
-        pl.col("key").gather(firsts), pl.col("op_count").gather(firsts).is_not_null()
-    ).iter_rows():
+    keys, msgs, hex_at, rep_len = [], [], [], []
+    for rep in frame.get_column("key").gather(firsts).to_list():
         key = classify(rep)
         msg = ""
+        j = -9
         if key.kind == COLL:
             msg = rep[len(key.prefix) + 10 :]
             j = rep.find(" opCount ")
-            if not shaped or rep[j + 9 : j + 11] != "0 " or not split_ok(msg):
+            # the first " opCount " is the one whose digits the key left out (a line without hex digits there
+            # would have had its first match later, or none: its key is the line, not "... opCount 0 ...")
+            if _OPCOUNT.search(rep) is None or rep[j + 9 : j + 11] != "0 " or not split_ok(msg):
                 key, msg = Key(EVENT), ""  # no hex opCount, odd spacing (the regex path): the loop reads it
         keys.append(key)
         msgs.append(msg)
+        hex_at.append(j + 9)
+        rep_len.append(len(rep))
     batch = Batch(
         frame.get_column("line"), inverse, keys, np.array([k.kind for k in keys], dtype=np.int8), first, msgs,
-        frame.get_column("op_count"),
+        np.array(hex_at, dtype=np.int64), np.array(rep_len, dtype=np.int64),
     )
     out: list[Piece | None] = []
     start = 0
@@ -191,13 +196,38 @@ class BulkRows:
         return BulkRows(self.batch, self.rows[a : a + n], self.comm[a : a + n], self.proc[a : a + n])
 
 
+def _op_counts(batch: Batch, rows: np.ndarray) -> pl.Series:
+    """The opCount of COLL lines ``rows``: the digits where the key's representative has its ``0``."""
+    keys = batch.key[rows]
+    frame = pl.DataFrame(
+        {
+            "line": batch.lines.gather(pl.Series(rows, dtype=pl.Int64)),
+            "at": pl.Series(batch.hex_at[keys], dtype=pl.Int64),
+            "rep": pl.Series(batch.rep_len[keys], dtype=pl.Int64),
+        }
+    )
+    line = pl.col("line")
+    return frame.select(
+        line.str.slice(pl.col("at"), line.str.len_chars() - pl.col("rep") + 1)
+        .str.to_integer(base=16, strict=False)
+        .alias("op_count")
+    ).to_series()
+
+
 def frame_of(segs: list[BulkRows], parse: Callable[[list[str]], pl.DataFrame]) -> pl.DataFrame:
     """The COLL rows of bulk runs, in order: each distinct message parsed once, then each row its key's
     fields and its own opCount."""
     where: dict[tuple[int, int], int] = {}
     msgs: list[str] = []
     ats, op_counts = [], []
-    for seg in segs:
+    group: list[BulkRows] = []
+    for seg in [*segs, None]:  # the opCounts of consecutive runs of one batch, read together
+        if group and (seg is None or seg.batch is not group[0].batch):
+            op_counts.append(_op_counts(group[0].batch, np.concatenate([g.rows for g in group])))
+            group = []
+        if seg is None:
+            break
+        group.append(seg)
         uniq, inv = np.unique(seg.batch.key[seg.rows], return_inverse=True)
         slots = []
         for u in uniq.tolist():
@@ -207,7 +237,6 @@ def frame_of(segs: list[BulkRows], parse: Callable[[list[str]], pl.DataFrame]) -
                 msgs.append(seg.batch.msgs[u])
             slots.append(slot)
         ats.append(np.array(slots, dtype=np.int64)[inv.reshape(-1)])
-        op_counts.append(seg.batch.op_count.gather(pl.Series(seg.rows, dtype=pl.Int64)))
     table = parse(msgs)
     return table[np.concatenate(ats)].with_columns(
         pl.concat(op_counts).alias("op_count"),

@@ -215,8 +215,8 @@ def _op_counts(batch: Batch, rows: np.ndarray) -> pl.Series:
 
 
 def frame_of(segs: list[BulkRows], parse: Callable[[list[str]], pl.DataFrame]) -> pl.DataFrame:
-    """The COLL rows of bulk runs, in order: each distinct message parsed once, then each row its key's
-    fields and its own opCount."""
+    """The COLL rows of bulk runs, in order: each distinct message parsed once (``parse``: typed rows, in
+    order), then each row its key's fields and its own opCount."""
     where: dict[tuple[int, int], int] = {}
     msgs: list[str] = []
     ats, op_counts = [], []

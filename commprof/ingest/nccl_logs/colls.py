@@ -100,11 +100,6 @@ def _raw(msgs: list[str], comm_index: list[int], process_index: list[int]) -> pl
     )
 
 
-def parse_placed(msgs: list[str]) -> pl.DataFrame:
-    """Messages the split places (``bulk.split_ok``), typed; comm and process indices left 0."""
-    return _typed(_by_split(_raw(msgs, [0] * len(msgs), [0] * len(msgs))).drop("ok"))
-
-
 Segment = Any  # bulk.BulkRows | tuple[list[str], list[int], list[int]]
 
 
@@ -117,29 +112,42 @@ def chunk_frame(segments: list[Segment]) -> tuple[pl.DataFrame, int]:
 
     raws = [seg for seg in segments if not isinstance(seg, BulkRows)]
     bulks = [seg for seg in segments if isinstance(seg, BulkRows)]
-    typed = bulk_frame = None
-    bad = 0
+    msgs = [m for seg in raws for m in seg[0]]
+    n_raw = len(msgs)
+    comm = [c for seg in raws for c in seg[1]]
+    proc = [p for seg in raws for p in seg[2]]
+    typed: pl.DataFrame | None = None
     odd_frame = None
+    bad = 0
     ok_counts: list[int] = []
-    if raws:
-        raw = _raw([m for seg in raws for m in seg[0]], [c for seg in raws for c in seg[1]],
-                   [p for seg in raws for p in seg[2]])
+
+    def parse(bulk_msgs: list[str]) -> pl.DataFrame:
+        """All the chunk's messages split at once: the raw ones, then the bulk runs' (all placed)."""
+        nonlocal typed, odd_frame, bad
+        n = len(bulk_msgs)
+        raw = _raw(msgs + bulk_msgs, comm + [0] * n, proc + [0] * n)
         split = _by_split(raw)
         ok = split.get_column("ok")
-        typed = _typed(split.filter(ok).drop("ok"))
-        bad = raw.height - typed.height
+        parsed = _typed(split.filter(ok).drop("ok"))
         okn = ok.to_numpy()
         at = 0
         for seg in raws:
             ok_counts.append(int(okn[at : at + len(seg[0])].sum()))
             at += len(seg[0])
+        n_ok = sum(ok_counts)
+        assert parsed.height == n_ok + n, "bulk messages are placed by the split"
+        typed = parsed.slice(0, n_ok)
+        bad = n_raw - n_ok
         if bad:
             columns = ["op", "opcount", "count", "dtype", "redop", "root", "ptr", "nranks", "stream", "comm_index",
                        "process_index"]
-            odd_frame = _typed(_by_regex(raw.filter(~ok)).select(columns))
+            odd_frame = _typed(_by_regex(raw.head(n_raw).filter(~ok.head(n_raw))).select(columns))
             bad -= odd_frame.height
-    if bulks:
-        bulk_frame = frame_of(bulks, parse_placed)
+        return parsed.slice(n_ok)
+
+    bulk_frame = frame_of(bulks, parse) if bulks else None
+    if bulk_frame is None and raws:
+        parse([])
     frames = []
     raw_at = bulk_at = 0
     raw_i = 0

@@ -139,7 +139,7 @@ def _prepare(parts: list[str]) -> list[Piece | None]:
         .with_columns(
             line.str.replace(OPCOUNT, " opCount 0 ").alias("key"),
         )
-        .with_columns(pl.struct("piece", "key").hash().alias("hash"))
+        .with_columns((pl.col("key").hash() ^ pl.col("piece").hash()).alias("hash"))  # checked below
         .collect()
     )
     counts = np.bincount(frame.get_column("piece").to_numpy(), minlength=len(texts))

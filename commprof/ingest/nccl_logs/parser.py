@@ -8,6 +8,10 @@ are not regex-parsed in Python at all: the loop only pulls out the comm pointer 
 context that lazy-connect lines depend on) and keeps the message; chunks of 200k messages are then
 split into fields by polars in a worker thread (polars releases the GIL, so that work overlaps the
 loop). Everything else is rare enough for Python regexes.
+
+Pieces of 64 KB or more that are dense in NCCL lines skip even that per-line step for their runs of COLL and
+TUNING lines: ``bulk`` keys their lines in polars and the runs update the state in one go (``_feed_dense``);
+small files are read ahead so that their pieces are keyed together (``parse_files``).
 """
 
 from __future__ import annotations

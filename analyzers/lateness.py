@@ -170,6 +170,56 @@ def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, membe
     return excess, above, n, min(1.0, ranks * _signed_rank(diffs))
 
 
+def _group_evidence(ranks: list[int], steps: list[int], work: pl.DataFrame | None,
+                    stage_of: dict[int, int] | None = None) -> list[Evidence]:
+    """:func:`_work_evidence` of every rank of one group (``ranks``, its members), in a fixed number of
+    queries: each rank's comparison set is the rows of its stage, so the group's work is keyed by stage
+    once and every rank's leave-one-out medians come from one join on that key and one group_by. Equal to
+    ``[_work_evidence(r, steps, work, ranks, stage_of) for r in ranks]`` (a per-rank filter and group_by
+    cost ~1 ms a rank: 5,000 ranks in tp groups of 8 took ~6 s of the parent's time)."""
+    if work is None or work.height == 0:
+        return [(None, 0, 0, None)] * len(ranks)
+    w = work.filter(pl.col("step").is_in(steps))
+    if len(ranks) >= MIN_PEERS:
+        w = w.filter(pl.col("rank").is_in(ranks))
+    codes: dict[Any, int] = {}
+    target_keys = [codes.setdefault(stage_of.get(r) if stage_of else None, len(codes)) for r in ranks]
+    if stage_of:  # each row keyed by its rank's stage; rows of a stage no member is in are not needed
+        present = w["rank"].unique().to_list()
+        keyed = {r: codes[stage_of.get(r)] for r in present if stage_of.get(r) in codes}
+        w = w.filter(pl.col("rank").is_in(list(keyed))).with_columns(
+            pl.col("rank").replace_strict(keyed, return_dtype=pl.Int64).alias("key"))
+    else:
+        w = w.with_columns(pl.lit(0, dtype=pl.Int64).alias("key"))
+    rank_dtype = w.schema["rank"]
+    targets = pl.DataFrame({"target": pl.Series(ranks).cast(rank_dtype), "key": pl.Series(target_keys, dtype=pl.Int64)})
+    distinct = dict(w.group_by("key").agg(pl.col("rank").n_unique()).iter_rows())
+    mine: dict[int, dict[Any, Any]] = {}
+    for r, s, v in w.filter(pl.col("rank").is_in(ranks)).select("rank", "step", "work_ns").iter_rows():
+        mine.setdefault(r, {})[s] = v  # the last row of a step, as dict() of the rank's rows keeps
+    others: dict[int, list[tuple[Any, Any]]] = {}
+    joined = (targets.join(w.select("key", "rank", "step", "work_ns"), on="key")
+              .filter(pl.col("rank") != pl.col("target"))
+              .group_by("target", "step").agg(pl.col("work_ns").median().alias("m"))
+              .sort("target", "step"))
+    for t, s, m in joined.iter_rows():
+        others.setdefault(t, []).append((s, m))
+    out: list[Evidence] = []
+    for r, key in zip(ranks, target_keys, strict=True):
+        own = mine.get(r, {})
+        diffs = [own[s] - m for s, m in others.get(r, []) if s in own]
+        if not diffs:
+            out.append((None, 0, 0, None))
+            continue
+        n_ranks, n = distinct[key], len(diffs)
+        excess, above = float(np.median(diffs)), sum(1 for d in diffs if d > 0)
+        if n_ranks / 2 ** n > MAX_WORK_CHANCE:
+            out.append((excess, above, n, None))
+        else:
+            out.append((excess, above, n, min(1.0, n_ranks * _signed_rank(diffs))))
+    return out
+
+
 EXACT_STEPS = 60
 
 
@@ -230,8 +280,7 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
     for _, owner in sorted(((v, i) for i in range(m) for v in table[i] if v > 0), key=lambda t: -t[0])[:n]:
         tops[owner] += 1
     excess = [float(np.median(table[i] - np.median(np.delete(table, i, axis=0), axis=0))) for i in range(m)]
-    memo: dict[Any, pl.DataFrame] = {}
-    evidence = [_work_evidence(r, steps, work, ranks, stage_of, memo) for r in ranks]
+    evidence = _group_evidence(ranks, steps, work, stage_of)
     best = max(range(m), key=lambda i: (tops[i], excess[i]))
     picks = [best] if table[best].max() > 0 else []
     worker = max(range(m), key=lambda i: (evidence[i][1], evidence[i][0] or 0.0))

@@ -276,5 +276,12 @@ def test_group_evidence_equals_the_per_rank_witness(seed: int) -> None:
             judged = sorted(rng.sample(steps, rng.randint(1, len(steps))))
             want = [lateness._work_evidence(r, judged, work, members, stage_of, {}) for r in members]
             assert lateness._group_evidence(members, judged, work, stage_of) == want
+            index = lateness.WorkIndex(work, stage_of)
+            assert index.evidence(members, judged) == want
+            assert index.evidence(members, judged) == want  # again, from its cache of every rank's work
+            unique = work.unique(["rank", "step"], keep="last", maintain_order=True)
+            assert lateness.WorkIndex(unique, stage_of).exact
+            want = [lateness._work_evidence(r, judged, unique, members, stage_of, {}) for r in members]
+            assert lateness.WorkIndex(unique, stage_of).evidence(members, judged) == want
     assert lateness._group_evidence([0, 1], [0], None) == [(None, 0, 0, None)] * 2
     assert lateness._group_evidence([0, 1], [0], work.clear()) == [(None, 0, 0, None)] * 2

@@ -226,12 +226,12 @@ class WorkIndex:
     costs ~0.3 ms, more on a busy machine: 625 groups took seconds). Equal to :func:`_work_evidence` per
     rank: the others' median of a step is polars' (the middle value, or ``lo + (hi - lo) * 0.5``), taken
     from the step's sorted comparison set without the rank's own value. Where a rank has two rows in a
-    step, or a value is NaN, :func:`_group_evidence` is used instead."""
+    step, or a value is null or NaN, :func:`_group_evidence` is used instead."""
 
     def __init__(self, work: pl.DataFrame, stage_of: dict[int, int] | None) -> None:
         ranks, steps, values = (work[c].to_list() for c in ("rank", "step", "work_ns"))
         self.value = dict(zip(zip(ranks, steps, strict=True), values, strict=True))
-        self.exact = len(self.value) == len(values) and not any(v != v for v in values)
+        self.exact = len(self.value) == len(values) and not any(v is None or v != v for v in values)
         self.by_step: dict[Any, list[Any]] = {}
         for r, s in zip(ranks, steps, strict=True):
             self.by_step.setdefault(s, []).append(r)

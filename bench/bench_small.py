@@ -4,7 +4,7 @@ cache, as a whole process: wall seconds and peak RSS, this checkout (and ``--bas
 measured in the same script: reading the same files' bytes, gunzip and a bare JSON decode (msgspec) of each,
 in one process. Rows go to ``.bench/small.json``. What a small trace costs, and where, is in docs/scale.md
 ("Where the time goes"); small traces are parsed up to 64 to a task into one Parquet file per table
-(commprof.ingest.store).
+(commprof.ingest.store), their GPU tables built as one frame for the batch (commprof.ingest.kineto.reader.stack).
 
     python bench/bench_small.py [--ranks 5000] [--repeat 1] [--base /tmp/base] [--keep DIR]
 """

@@ -251,3 +251,37 @@ def test_a_dp_pair_of_the_heavier_pipeline_stage_is_compared_within_its_stage() 
                   for r in range(4)})
     (y,) = [x for x in lateness.late_ranks(calls, "test", slow, stages) if x.rank == 3]
     assert y.work_excess_ns == pytest.approx(30e6, abs=1.5e6) and lateness.is_straggler(y, step_ns=200e6)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_group_evidence_equals_the_per_rank_witness(seed: int) -> None:
+    # the whole group's work witness in a few queries equals the per-rank one: groups of 1 to 9 members
+    # (pairs compare with every traced rank of their stage), stages given, partial or absent, ranks without
+    # work, repeated (rank, step) rows (the last one counts), steps some ranks lack, ties
+    import random
+
+    rng = random.Random(seed)
+    world = rng.choice([4, 9, 16])
+    steps = list(range(rng.randint(1, 12)))
+    rows = [(r, s, float(rng.choice([50, 60, 75, rng.uniform(0, 100)]))) for r in range(world) for s in steps
+            if rng.random() < 0.85]
+    rows += [rng.choice(rows) if rows else (0, 0, 1.0) for _ in range(rng.randint(0, 3))]
+    rows = [(r, s, v + (rng.random() if i % 7 == 0 else 0.0)) for i, (r, s, v) in enumerate(rows)]
+    work = pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "work_ns": pl.Float64}, orient="row")
+    stagings: list[dict[int, int] | None] = [None, {}, {r: r % 2 for r in range(world)},
+                                             {r: r // 3 for r in range(world) if r % 5}]
+    for stage_of in stagings:
+        for size in (1, 2, 3, min(world, 9)):
+            members = sorted(rng.sample(range(world), size))
+            judged = sorted(rng.sample(steps, rng.randint(1, len(steps))))
+            want = [lateness._work_evidence(r, judged, work, members, stage_of, {}) for r in members]
+            assert lateness._group_evidence(members, judged, work, stage_of) == want
+            index = lateness.WorkIndex(work, stage_of)
+            assert index.evidence(members, judged) == want
+            assert index.evidence(members, judged) == want  # again, from its cache of every rank's work
+            unique = work.unique(["rank", "step"], keep="last", maintain_order=True)
+            assert lateness.WorkIndex(unique, stage_of).exact
+            want = [lateness._work_evidence(r, judged, unique, members, stage_of, {}) for r in members]
+            assert lateness.WorkIndex(unique, stage_of).evidence(members, judged) == want
+    assert lateness._group_evidence([0, 1], [0], None) == [(None, 0, 0, None)] * 2
+    assert lateness._group_evidence([0, 1], [0], work.clear()) == [(None, 0, 0, None)] * 2

@@ -13,9 +13,10 @@ __all__ = ["RankTrace", "extract", "rank_from_file_name"]
 
 
 def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str | None = None,
-            step_range: str | None = None) -> RankTrace:
+            step_range: str | None = None, defer: bool = False) -> RankTrace:
     """One input file -> its rank's tables, by the reader its content calls for. ``step_range``: the NVTX
-    range that marks a step in nsys exports (Kineto traces have ProfilerStep#N)."""
+    range that marks a step in nsys exports (Kineto traces have ProfilerStep#N). ``defer``: a Kineto
+    trace's tables may come back unbuilt, for ``kineto.reader.stack`` (the batch's frames at once)."""
     if nsys.is_sqlite(path):
         return nsys.extract(path, label, step_range)
-    return kineto.extract(path, sidecars, label=label)
+    return kineto.extract(path, sidecars, label=label, defer=defer)

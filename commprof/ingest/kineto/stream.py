@@ -117,6 +117,16 @@ def _inflate(fh: BinaryIO, block: bytes, module: Any) -> Iterator[bytes]:
         raise EOFError("gzip stream ends early")
 
 
+INLINE_BYTES = 64 << 10  # files up to this size (on disk) are inflated without the thread
+
+
+def _small_file(path: Path) -> bool:
+    try:
+        return path.stat().st_size <= INLINE_BYTES
+    except OSError:  # _blocks says why, as for any file
+        return False
+
+
 def _threaded(blocks: Iterator[bytes]) -> Iterator[bytes]:
     """Run the block producer in a thread so that decompression overlaps with decoding."""
     q: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=2)
@@ -341,7 +351,9 @@ def stream_events(path: Path, on_events: Callable[[list[Event]], None], label: s
     warnings name the file as ``label`` (what the user gave) where that differs from ``path``. With
     ``on_typed``, the pieces that decode as TYPED_EVENT go there instead (EventX / EventM with their
     args decoded, other phases as their own structs), the others to ``on_events`` as Event."""
-    blocks = _threaded(_blocks(path, label or path))
+    blocks = _blocks(path, label or path)
+    if not _small_file(path):  # a thread costs more than it overlaps on a file of a few kB
+        blocks = _threaded(blocks)
     reader = _Reader(Path(label) if label else path, on_events, on_typed)
     truncated_gzip = False
     try:

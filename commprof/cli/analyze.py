@@ -63,6 +63,10 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
 
     A folder of Flight Recorder dumps or NCCL Inspector logs alone gives the hang report and the bandwidth
     per communicator."""
+    if scheduler is None:  # one big trace not cached yet: read in a second process while this one imports
+        from commprof.ingest.kineto import prefetch
+
+        prefetch.start(path)
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
     from commprof.analyzers.settings import AnalysisSettings

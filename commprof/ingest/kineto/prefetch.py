@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import importlib
 import os
 import pickle
 import signal
@@ -46,6 +47,7 @@ class _Pending:
     path: str
     label: str
     stat_key: tuple[int, int, int, int]
+    while_waiting: tuple[str, ...] = ()
 
 
 _pending: list[_Pending] = []
@@ -82,9 +84,11 @@ def scanned(path: Path, label: str) -> tuple[StreamResult, Scan]:
     return taken if taken is not None else scan_trace(path, label)
 
 
-def start(path_arg: str) -> bool:
+def start(path_arg: str, while_waiting: tuple[str, ...] = ()) -> bool:
     """Fork a child that reads the trace at ``path_arg`` (what the user gave ``analyze``) when it is one
-    big Kineto trace that the table cache does not hold yet. False when none was started."""
+    big Kineto trace that the table cache does not hold yet. False when none was started.
+    ``while_waiting``: modules the command imports later anyway, imported when it comes to wait for the
+    child (the imports a command makes lazily, after the parse, then cost no time)."""
     wanted = os.environ.get(ENABLE_ENV, "")
     if wanted == "0" or not hasattr(os, "fork") or _pending:
         return False
@@ -112,7 +116,7 @@ def start(path_arg: str) -> bool:
     if pid == 0:  # the child: never returns
         _child(read_fd, write_fd, path, label, stat_key)
     os.close(write_fd)
-    _pending.append(_Pending(pid, read_fd, str(path), label, stat_key))
+    _pending.append(_Pending(pid, read_fd, str(path), label, stat_key, while_waiting))
     if len(_pending) == 1:
         atexit.register(_discard)
     return True
@@ -194,6 +198,11 @@ def _take(path: Path, label: str) -> tuple[StreamResult, Scan] | None:
 
 
 def _collect(pending: _Pending, path: Path) -> tuple[StreamResult, Scan] | None:
+    for name in pending.while_waiting:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, PERF203 - it fails again, and is reported, where the command imports it
+            continue
     chunks = []
     try:
         while chunk := os.read(pending.fd, 1 << 20):

@@ -190,14 +190,22 @@ def test_no_child_when_not_worth_it(tmp_path: Path, forced: list[Any], monkeypat
     prefetch._discard()
     _write(tmp_path / "rank-1.json.gz", steps=10)
     assert not prefetch.start(str(tmp_path))  # of two: one child would not do (the pool reads them)
+    monkeypatch.setenv(prefetch.ENABLE_ENV, "")  # the default: by size and load
+    monkeypatch.setattr(prefetch, "_idle_core", lambda: True)
     monkeypatch.setattr(prefetch, "MIN_FILE_BYTES", 1 << 30)
     assert not prefetch.start(str(path))  # too small to pay for the fork
     monkeypatch.setattr(prefetch, "MIN_FILE_BYTES", 0)
-    monkeypatch.setenv(prefetch.ENABLE_ENV, "0")
-    assert not prefetch.start(str(path))
-    monkeypatch.setenv(prefetch.ENABLE_ENV, "")
+    monkeypatch.setenv("COMMPROF_SCHEDULER", "tcp://nowhere:8786")
+    assert not prefetch.start(str(path))  # the parse runs elsewhere
+    monkeypatch.delenv("COMMPROF_SCHEDULER")
     monkeypatch.setattr(prefetch, "_idle_core", lambda: False)
     assert not prefetch.start(str(path))  # a busy machine
+    monkeypatch.setenv(prefetch.ENABLE_ENV, "0")
+    monkeypatch.setattr(prefetch, "_idle_core", lambda: True)
+    assert not prefetch.start(str(path))  # never
+    monkeypatch.setenv(prefetch.ENABLE_ENV, "")
+    assert prefetch.start(str(path))  # (and with none of these, one is started)
+    prefetch._discard()
     assert not prefetch._pending
 
 

@@ -15,7 +15,7 @@
    against its JSON size.
 
 A cold ``analyze`` reads the trace in a forked child while the parent imports (commprof/ingest/kineto/prefetch.py)
-only when a core looks idle (load average below the CPUs - 0.5): on a shared machine set
+only when a core looks idle (runnable threads <= CPUs - 1, /proc/loadavg): on a shared machine set
 ``COMMPROF_PREFETCH=1`` (always) or ``0`` (never) to measure one or the other.
 
 Rows go to .bench/kineto.json (schema: bench/summary.py). Timings on a shared machine are noisy: read

@@ -123,14 +123,24 @@ def start(path_arg: str, while_waiting: tuple[str, ...] = ()) -> bool:
 
 
 def _idle_core() -> bool:
-    """Is a core left for the child? (The load average of the last minute, against the CPUs this process
-    may use.) On a busy machine the child only competes with this process: no gain for ~0.15 s more CPU."""
+    """Is a core left for the child? On Linux, the threads runnable right now (/proc/loadavg's 4th field,
+    this one among them) against the CPUs this process may use; elsewhere the load average of the last
+    minute. On a busy machine the child only competes with this process: no gain for ~0.15 s more CPU."""
     try:
         cpus = len(os.sched_getaffinity(0))
-        load = os.getloadavg()[0]
     except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    if cpus < 2:
         return False
-    return cpus >= 2 and load < cpus - 0.5
+    try:
+        with open("/proc/loadavg") as fh:
+            runnable = int(fh.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0] < cpus - 0.5
+        except (AttributeError, OSError):
+            return False
+    return runnable <= cpus - 1
 
 
 def _worth_it(path_arg: str) -> tuple[Path | None, str]:

@@ -51,6 +51,7 @@ class _Pending:
 
 
 _pending: list[_Pending] = []
+_registered: list[bool] = []  # the exit handler, once per process
 
 
 def _stat_key(path: Path) -> tuple[int, int, int, int]:
@@ -117,8 +118,9 @@ def start(path_arg: str, while_waiting: tuple[str, ...] = ()) -> bool:
         _child(read_fd, write_fd, path, label, stat_key)
     os.close(write_fd)
     _pending.append(_Pending(pid, read_fd, str(path), label, stat_key, while_waiting))
-    if len(_pending) == 1:
+    if not _registered:
         atexit.register(_discard)
+        _registered.append(True)
     return True
 
 
@@ -188,6 +190,9 @@ def _child(read_fd: int, write_fd: int, path: Path, label: str, stat_key: tuple[
     try:
         os.close(read_fd)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C: the parent reports it, the child just ends
+        # not the command's output: a reader of it (`| head`, a pipe read to its end) never waits for the child
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
         result = scan_trace(path, label)
         data = pickle.dumps((stat_key, result), protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(data)

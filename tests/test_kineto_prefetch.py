@@ -195,6 +195,9 @@ def test_no_child_when_not_worth_it(tmp_path: Path, forced: list[Any], monkeypat
     monkeypatch.setattr(prefetch, "MIN_FILE_BYTES", 1 << 30)
     assert not prefetch.start(str(path))  # too small to pay for the fork
     monkeypatch.setattr(prefetch, "MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(prefetch, "MAX_FILE_BYTES", 100)
+    assert not prefetch.start(str(path))  # so big that the child's copy of the rows would weigh
+    monkeypatch.setattr(prefetch, "MAX_FILE_BYTES", 1 << 30)
     monkeypatch.setenv("COMMPROF_SCHEDULER", "tcp://nowhere:8786")
     assert not prefetch.start(str(path))  # the parse runs elsewhere
     monkeypatch.delenv("COMMPROF_SCHEDULER")

@@ -31,12 +31,13 @@ if TYPE_CHECKING:
     from commprof.ingest.kineto.scan import Scan
     from commprof.ingest.kineto.stream import StreamResult
 
-# Below this the fork and the child's own imports (~0.15 s of CPU) cost more than the pass they overlap;
-# above the upper bound the pass dwarfs the imports, and the child's copy of the kept rows would add to
-# the peak memory of the command.
-MIN_FILE_BYTES = 1 << 20  # gzip: ~15-20 MB of JSON; plain JSON is read ~8x this size up
-MIN_PLAIN_BYTES = 8 << 20
-MAX_FILE_BYTES = 256 << 20
+# Below these sizes the fork and the child's own imports (~0.15 s of CPU) cost more than the pass they overlap;
+# above the upper ones (~150 MB of JSON) the pass dwarfs the imports, and the kept rows, held by the child and
+# handed over pickled, would add to the command's peak memory for a few % of its time.
+MIN_FILE_BYTES = 1 << 20  # gzip: ~15-20 MB of JSON
+MAX_FILE_BYTES = 8 << 20
+MIN_PLAIN_BYTES = 8 << 20  # plain JSON
+MAX_PLAIN_BYTES = 128 << 20
 ENABLE_ENV = "COMMPROF_PREFETCH"  # "0": never; "1": even on a busy machine, and for small traces (tests)
 
 
@@ -157,8 +158,9 @@ def _worth_it(path_arg: str) -> tuple[Path | None, str]:
     size = path.stat().st_size
     with path.open("rb") as fh:
         head = fh.read(2)
-    least = 0 if os.environ.get(ENABLE_ENV) == "1" else MIN_FILE_BYTES if head == b"\x1f\x8b" else MIN_PLAIN_BYTES
-    if size > MAX_FILE_BYTES or size < least:
+    gz = head == b"\x1f\x8b"
+    least = 0 if os.environ.get(ENABLE_ENV) == "1" else MIN_FILE_BYTES if gz else MIN_PLAIN_BYTES
+    if size > (MAX_FILE_BYTES if gz else MAX_PLAIN_BYTES) or size < least:
         return None, ""
     if os.environ.get("COMMPROF_SCHEDULER"):  # the parse runs elsewhere
         return None, ""

@@ -207,6 +207,8 @@ def test_no_child_when_not_worth_it(tmp_path: Path, forced: list[Any], monkeypat
     monkeypatch.setattr(prefetch, "_idle_core", lambda: True)
     assert not prefetch.start(str(path))  # never
     monkeypatch.setenv(prefetch.ENABLE_ENV, "")
+    assert not prefetch.start(str(path))  # polars is loaded here (the command forks before importing it)
+    monkeypatch.delitem(sys.modules, "polars")
     assert prefetch.start(str(path))  # (and with none of these, one is started)
     prefetch._discard()
     assert not prefetch._pending

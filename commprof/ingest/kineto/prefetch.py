@@ -22,6 +22,7 @@ import importlib
 import os
 import pickle
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,8 @@ def start(path_arg: str, while_waiting: tuple[str, ...] = ()) -> bool:
         return False
     if threading.active_count() != 1:  # forking a process with threads copies their locks, held or not
         return False
+    if "polars" in sys.modules and wanted != "1":  # its thread pool, if started, is not the child's to use
+        return False  # (the command forks before it imports polars; a caller in-process may have it loaded)
     try:
         path, label = _worth_it(path_arg)
     except Exception:  # noqa: BLE001 - any doubt: no child, the command reads the file as it always did

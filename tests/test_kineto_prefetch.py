@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,8 @@ def forced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Any]:
     monkeypatch.setattr(prefetch, "MIN_PLAIN_BYTES", 0)
     monkeypatch.setenv(prefetch.ENABLE_ENV, "1")
     monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path / "cache"))
+    # threads other tests left behind (idle servers, writer pools): the command forks before it has any
+    monkeypatch.setattr(prefetch, "threading", types.SimpleNamespace(active_count=lambda: 1))
     taken: list[Any] = []
     collect = prefetch._collect
 

@@ -14,6 +14,10 @@
 3. Peak RSS of a whole ``commprof ingest`` process on one generated trace of ``--rss-mb`` MB (0 skips it),
    against its JSON size.
 
+A cold ``analyze`` reads the trace in a forked child while the parent imports (commprof/ingest/kineto/prefetch.py)
+only when a core looks idle (runnable threads <= CPUs - 1, /proc/loadavg): on a shared machine set
+``COMMPROF_PREFETCH=1`` (always) or ``0`` (never) to measure one or the other.
+
 Rows go to .bench/kineto.json (schema: bench/summary.py). Timings on a shared machine are noisy: read
 the ratios against the floor, measured interleaved, medians of ``--repeat``. A report, not a test.
 """

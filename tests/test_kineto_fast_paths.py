@@ -88,7 +88,7 @@ def _summary(path: Path, typed: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
     def without_typed(path: Path, on_events: Any, label: str | None = None, on_typed: Any = None) -> Any:
         return plain(path, on_events, label=label)
 
-    monkeypatch.setattr(reader, "stream_events", plain if typed else without_typed)
+    monkeypatch.setattr(stream, "stream_events", plain if typed else without_typed)  # what the pass calls
     try:
         trace = reader.extract(path)
     except (InputError, TruncatedTraceError) as err:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import polars as pl
+
+if TYPE_CHECKING:
+    import polars as pl
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -44,6 +46,8 @@ def to_ns(values: Sequence[Any]) -> tuple[I64, Mask]:
 
 
 def _general(values: Sequence[Any]) -> tuple[I64, Mask]:
+    import polars as pl  # here: the pass over whole-µs times (kineto.prefetch's child) does without it
+
     if len(values) <= SMALL:
         return _small(values)
     try:
@@ -71,6 +75,8 @@ def _plain_decimals(values: Sequence[Any]) -> tuple[I64, Mask] | None:
     """The usual text, ``digits.d`` to ``digits.ddd`` (Kineto's 3 decimals, Python's ``...0.0``), in a few
     polars calls (1.5x faster than :func:`_from_text`'s split); every other value by :func:`_from_text`, as
     the whole list would have been (it treats each value on its own). None when ``values`` are not all text."""
+    import polars as pl  # here: the pass over whole-µs times (kineto.prefetch's child) does without it
+
     try:
         series = pl.Series(values)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
@@ -182,6 +188,8 @@ def _as_text(value: Any) -> str | None:
 
 def _from_text(text: pl.Series) -> tuple[I64, Mask]:
     """Plain decimals (``-12.3456``) in one vectorised pass; what it cannot read goes to ``decimal``."""
+    import polars as pl  # here: the pass over whole-µs times (kineto.prefetch's child) does without it
+
     whole, frac = pl.col("t").struct.field("field_0"), pl.col("t").struct.field("field_1")
     frac_ns = (frac.fill_null("").str.pad_end(4, "0").str.slice(0, 4).cast(pl.UInt16, strict=False)
                .cast(pl.Int64) + 5) // 10  # 4 digits, rounded half up to 3

@@ -7,9 +7,8 @@ collective arguments; ``gloo_calls`` / ``gloo_groups`` attribute Gloo worker ops
 
 from typing import TYPE_CHECKING, Any
 
-from commprof.ingest.common.rank_trace import RankTrace, rank_from_file_name
-
 if TYPE_CHECKING:
+    from commprof.ingest.common.rank_trace import RankTrace, rank_from_file_name
     from commprof.ingest.kineto.reader import extract
 
 __all__ = ["RankTrace", "extract", "rank_from_file_name"]
@@ -22,4 +21,8 @@ def __getattr__(name: str) -> Any:
         from commprof.ingest.kineto.reader import extract
 
         return extract
+    if name in ("RankTrace", "rank_from_file_name"):  # lazily too: they import polars, which the pass
+        from commprof.ingest.common import rank_trace  # of kineto.prefetch's child does without
+
+        return getattr(rank_trace, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import math
 from typing import Any
 
 import msgspec
@@ -14,38 +13,12 @@ import polars as pl
 from commprof.ingest.common import names
 from commprof.ingest.common.rank_trace import MAX_RANK
 from commprof.ingest.kineto.decode import Args
+from commprof.ingest.kineto.numbers import INT64_LIMIT as INT64_LIMIT  # re-exported, with the two below
+from commprof.ingest.kineto.numbers import as_int as as_int
+from commprof.ingest.kineto.numbers import num as num
 from commprof.ingest.schema import PROCESS_GROUPS
 
 COMM_FIELDS = ("op", "pg", "bytes", "dtype", "group_size", "peer", "seq", "is_async")
-
-
-INT64_LIMIT = 1 << 63
-
-
-def num(value: object) -> float | None:
-    """A finite number within int64, or None: a field with text, NaN, inf or 400 digits is not a size,
-    a rank or a sequence number (the caller counts it as missing)."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return float(value) if -INT64_LIMIT <= value < INT64_LIMIT else None
-    if isinstance(value, float):
-        number = value
-    else:
-        try:
-            number = float(str(value))
-        except (ValueError, OverflowError):
-            return None
-    return number if math.isfinite(number) and -INT64_LIMIT <= number < INT64_LIMIT else None
-
-
-def as_int(value: object) -> int | None:
-    if type(value) is int:
-        return value if -INT64_LIMIT <= value < INT64_LIMIT else None
-    number = num(value)
-    return int(number) if number is not None else None
-
-
 
 
 def bounded_int(value: object, low: int, high: int) -> int | None:

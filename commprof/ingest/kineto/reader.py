@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,8 +22,8 @@ from commprof.ingest.kineto.comm import (
     process_groups,
 )
 from commprof.ingest.kineto.cpu import cpu_tables
+from commprof.ingest.kineto.prefetch import scanned
 from commprof.ingest.kineto.scan import KIND_TABLE, Scan
-from commprof.ingest.kineto.stream import stream_events
 from commprof.ingest.kineto.times import launches_of, name_ambiguous
 from commprof.ingest.kineto.times import step_marks as step_marks_of
 from commprof.ingest.schema import COLLECTIVES, INTERVALS
@@ -93,17 +92,7 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
     the user gave it, where ``path`` is a temporary split of it). With ``defer``, a GPU trace's intervals
     and collectives come back as :class:`Columns` (typed as frames), for :func:`stack` to build."""
     label = label or str(path)
-    scan = Scan()
-    # Hundreds of thousands of small tuples trigger the cyclic GC over and over; nothing here forms
-    # cycles, so it is paused for the pass (about a tenth of the ingest time).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        streamed = stream_events(path, scan.add, label=label, on_typed=scan.add_typed)
-        scan.finish()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    streamed, scan = scanned(path, label)  # the pass (read in a second process, where analyze started one)
     trace = streamed.header
     base_ns = exact_base_ns(trace.baseTimeNanoseconds)
     warnings = list(streamed.warnings)

@@ -12,7 +12,6 @@ import msgspec
 import numpy as np
 
 from commprof.ingest.common import names
-from commprof.ingest.kineto.comm import INT64_LIMIT, as_int
 from commprof.ingest.kineto.decode import (
     ARGS_DECODER,
     CORRELATION_DECODER,
@@ -24,6 +23,7 @@ from commprof.ingest.kineto.decode import (
     EventX,
     decode_args,
 )
+from commprof.ingest.kineto.numbers import INT64_LIMIT, as_int
 from commprof.ingest.kineto.rows import BATCH, Codes, Rows, release_free_memory
 from commprof.ingest.kineto.rows import flush as flush_rows
 

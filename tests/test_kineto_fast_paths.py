@@ -258,7 +258,8 @@ def test_inflate_alike_with_and_without_the_accelerator(tmp_path: Path, monkeypa
 ODD_TEXT = ["12.", ".5", "1.2345", "-12.5", "+3.2", " 1.5", "1e5", "1.5e3", "nan", "١٢.٥", "12.5 ", "9" * 19 + ".1",
             f"{exact_time.MAX_US}.999", f"{exact_time.MAX_US + 1}.0", "0.0", "00012.50", "", "abc", "1.2.3", "12..5",
             "99999999999999999.9", "9223372036854775.807", "9223372036854775807.0", "-0.0", "+1.5", "-0.5", "-0.000",
-            "1.-5", "1.+5", "0-1.5", "1_0.5", "1.5_", ".", "-.5", "0.5\n", "１.5"]
+            "1.-5", "1.+5", "0-1.5", "1_0.5", "1.5_", ".", "-.5", "0.5\n", "１.5",
+            "1e1000000", "-1e999999", "1e-1000000", "9e+999999"]  # beyond decimal's range: not a time, no error
 
 
 @SETTINGS
@@ -272,6 +273,12 @@ def test_plain_decimal_times_convert_alike(texts: list[str], places: int) -> Non
     fast = exact_time.to_ns(values)
     general = exact_time._general(values)  # the conversion before the fast path
     assert np.array_equal(fast[0], general[0]) and np.array_equal(fast[1], general[1])
+
+
+def test_times_beyond_decimal_range_read_invalid() -> None:
+    ns, ok = exact_time.to_ns(["1e1000000", "1.5", "-1e999999"])
+    assert ns.tolist() == [0, 1500, 0] and ok.tolist() == [False, True, False]
+    assert exact_time.to_ns([2.5, "1e1000000"])[1].tolist() == [True, False]
 
 
 def test_plain_decimal_times_need_text() -> None:

@@ -11,7 +11,7 @@ are rare and go through ``decimal``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -174,7 +174,7 @@ def base_ns(value: Any) -> int:
         if not exact.is_finite() or abs(exact) > MAX_NS:
             return 0
         return int(exact.to_integral_value(ROUND_HALF_UP))
-    except (InvalidOperation, ValueError, OverflowError):
+    except (ArithmeticError, ValueError):  # InvalidOperation, decimal's Overflow, OverflowError
         return 0
 
 
@@ -217,7 +217,7 @@ def _from_text(text: pl.Series) -> tuple[I64, Mask]:
 def _decimal_ns(text: str) -> int | None:
     try:
         value = Decimal(text.strip()) * 1000
-    except InvalidOperation:
+    except ArithmeticError:  # not a number (InvalidOperation), or beyond the context's range ('1e1000000': Overflow)
         return None
     if not value.is_finite() or abs(value) > MAX_NS:
         return None

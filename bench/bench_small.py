@@ -54,6 +54,8 @@ def floor_s(traces: Path) -> float:
 
     t0 = time.perf_counter()
     for path in sorted(traces.iterdir()):
+        if not path.is_file():  # a table cache an earlier `commprof analyze` left beside the traces
+            continue
         raw = path.read_bytes()
         msgspec.json.decode(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     return time.perf_counter() - t0

@@ -521,7 +521,8 @@ class LogParser:
         rec = np.where(has_tid[t_thr], np.where(j >= 0, rec_row[j], at_thr[t_thr]), -1)
         j = _last_before(prc, named, tunings)  # ... the process's
         rec = np.where(rec >= 0, rec, np.where(j >= 0, rec_row[j], at_proc[t_thr]))
-        named_op = np.array([_names_op(keys[k]) for k in t_key.tolist()], dtype=bool)
+        uk, uk_at = np.unique(t_key, return_inverse=True)  # each distinct line once
+        named_op = np.array([_names_op(keys[k]) for k in uk.tolist()], dtype=bool)[uk_at.reshape(-1)]
         j = _last_before(thr, colls, tunings)  # the thread's last COLL line: the op a TUNING line without one takes
         op_from = np.where(named_op, -1, np.where(j >= 0, row_key[j], -2 - t_thr))
         combos, inverse = np.unique(np.stack([t_key, rec, op_from], axis=1), axis=0, return_inverse=True)
@@ -537,7 +538,9 @@ class LogParser:
                 last = proc.last_coll_by_tid.get(tid, "")
                 op = last[: last.find(":")] if ":" in last else None
             args.append((comms[r] if r >= 0 else None, op, *fields[1:]))
-        self.state.tuning.extend([Tuning(*args[c]) for c in inverse.reshape(-1).tolist()])
+        # one record per distinct (line, communicator, op): its lines share it (records are read, never changed)
+        records = [Tuning(*a) for a in args]
+        self.state.tuning.extend([records[c] for c in inverse.reshape(-1).tolist()])
 
     def _gather_colls(self) -> pl.DataFrame:
         frames = []

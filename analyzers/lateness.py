@@ -161,14 +161,18 @@ def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, membe
     mine = dict(w.filter(pl.col("rank") == rank).select("step", "work_ns").iter_rows())
     others = w.filter(pl.col("rank") != rank).group_by("step").agg(pl.col("work_ns").median().alias("m"),
                                                                      pl.len().alias("k"))
-    diffs = [mine[s] - m for s, m, _ in others.iter_rows() if s in mine]
+    return _evidence([mine[s] - m for s, m, _ in others.iter_rows() if s in mine], int(w["rank"].n_unique()))
+
+
+def _evidence(diffs: list[float], n_ranks: int) -> Evidence:
+    """The witness of one rank's per-step excesses over its peers' median, ``n_ranks`` ranks compared."""
     if not diffs:
         return None, 0, 0, None
-    ranks, n = int(w["rank"].n_unique()), len(diffs)
+    n = len(diffs)
     excess, above = float(np.median(diffs)), sum(1 for d in diffs if d > 0)
-    if ranks / 2 ** n > MAX_WORK_CHANCE:  # too few steps: even n of n above could be luck; no witness
+    if n_ranks / 2 ** n > MAX_WORK_CHANCE:  # too few steps: even n of n above could be luck; no witness
         return excess, above, n, None
-    return excess, above, n, min(1.0, ranks * _signed_rank(diffs))
+    return excess, above, n, min(1.0, n_ranks * _signed_rank(diffs))
 
 
 def _group_evidence(ranks: list[int], steps: list[int], work: pl.DataFrame | None,
@@ -209,15 +213,7 @@ def _group_evidence(ranks: list[int], steps: list[int], work: pl.DataFrame | Non
     for r, key in zip(ranks, target_keys, strict=True):
         own = mine.get(r, {})
         diffs = [own[s] - m for s, m in others.get(r, []) if s in own]
-        if not diffs:
-            out.append((None, 0, 0, None))
-            continue
-        n_ranks, n = distinct[key], len(diffs)
-        excess, above = float(np.median(diffs)), sum(1 for d in diffs if d > 0)
-        if n_ranks / 2 ** n > MAX_WORK_CHANCE:
-            out.append((excess, above, n, None))
-        else:
-            out.append((excess, above, n, min(1.0, n_ranks * _signed_rank(diffs))))
+        out.append(_evidence(diffs, distinct[key]) if diffs else (None, 0, 0, None))  # no diffs: no peers counted
     return out
 
 
@@ -281,15 +277,7 @@ class WorkIndex:
                 if mine is None or len(values) < 2:
                     continue
                 diffs.append(mine - _median_without(values, bisect.bisect_left(values, mine)))
-            if not diffs:
-                out.append((None, 0, 0, None))
-                continue
-            n = len(diffs)
-            excess, above = float(np.median(diffs)), sum(1 for d in diffs if d > 0)
-            if n_ranks / 2 ** n > MAX_WORK_CHANCE:
-                out.append((excess, above, n, None))
-            else:
-                out.append((excess, above, n, min(1.0, n_ranks * _signed_rank(diffs))))
+            out.append(_evidence(diffs, n_ranks))
         return out
 
 

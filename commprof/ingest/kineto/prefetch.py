@@ -3,7 +3,8 @@
 A cold ``commprof analyze`` of one trace spends ~0.3 s importing polars, numpy and the analyzers and
 ~0.3 s decoding and scanning the trace, one after the other on one core: the decode holds the GIL
 (msgspec), and so do the imports, so a thread cannot overlap them. :func:`start`, called before those
-imports, forks a child that imports only what the pass needs (numpy, msgspec, the stream and the scan),
+imports, forks a child that imports only what the pass needs (msgspec, the stream and the scan; numpy only
+when the trace's times are not all whole µs: the child keeps such columns as array.array, see rows.flush_light),
 streams the trace into a :class:`~commprof.ingest.kineto.scan.Scan` and hands it back pickled through a
 pipe; the reader's :func:`scanned` takes it instead of reading the file again.
 

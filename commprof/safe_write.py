@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +45,8 @@ def advice(err: OSError) -> str:
 
 
 def _host() -> str:
+    import socket  # here: the command forks kineto.prefetch's child before it needs it
+
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:40] or "host"
 
 
@@ -85,6 +85,8 @@ def atomic_write_text(target: Path, text: str, what: str, hint: str | None = Non
 def remove_quietly(path: Path) -> None:
     try:
         if path.is_dir() and not path.is_symlink():
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink()

@@ -245,3 +245,71 @@ def test_analyze_says_the_same_with_and_without_the_child(tmp_path: Path) -> Non
             assert with_child[0] == 2 and "corrupt trace text" in with_child[2]
         if case == "cut":
             assert "ends early" in with_child[1] + with_child[2]
+
+
+def _timed(steps: int, form: str, seed: int) -> list[dict[str, Any]]:
+    """_events with their times in ``form``: whole µs, or some of them otherwise (text, floats, bools, out of
+    range, missing), at random places, so that batches of every make-up reach the light pass."""
+    import random
+
+    rng = random.Random(seed)
+    events = _events(steps)
+    odd = {"ints": [], "bool": [True, False], "huge": [2**62, -(2**62)], "past_int64": [2**64 + 5],
+           "text": ["1700000000123.456", "12.5"], "float": [1.5e3], "none": [None]}[form]
+    for ev in events:
+        for key in ("ts", "dur"):
+            if key in ev and odd and rng.random() < 0.02:
+                ev[key] = rng.choice(odd)
+    return events
+
+
+@pytest.mark.parametrize("form", ["ints", "bool", "huge", "past_int64", "text", "float", "none"])
+@pytest.mark.parametrize("batch", [7, 64, 1 << 15])
+def test_a_light_pass_keeps_the_columns_of_the_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str,
+                                                     batch: int) -> None:
+    """The child's pass without numpy (Scan.light: array.array columns, adopted by the parent) ends with the
+    columns, validity and codes of the pass run here, whatever its batches hold."""
+    import pickle
+
+    import numpy as np
+
+    from commprof.ingest.kineto import scan as scan_module
+    from commprof.ingest.kineto import stream
+
+    monkeypatch.setattr(scan_module, "BATCH", batch)
+    if batch < 1 << 15:  # many pieces, so many batches
+        monkeypatch.setattr(stream, "PIECE_BYTES", 4096)
+        monkeypatch.setattr(stream, "READ_BLOCK", 4096)
+    doc = {"traceEvents": _timed(12, form, seed=batch), "baseTimeNanoseconds": 0}
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(doc))
+    _, plain = prefetch.scan_trace(path, str(path))
+    _, light = prefetch.scan_trace(path, str(path), light=True)
+    light = pickle.loads(pickle.dumps(light))  # as the child hands it over
+    kinds = {type(chunk).__name__ for chunk in light.cpu._chunks["ts"]}
+    if form == "ints":
+        assert kinds == {"array"}  # every batch light (numpy not needed)
+    elif batch == 7 and form != "bool":  # (a bool reads as an int, as np.asarray reads it, unless first)
+        assert kinds == {"array", "ndarray"}  # the batches with an odd time through flush, the others light
+    light.adopt()
+    assert not light.light
+    for table in ("dev", "cpu", "launch"):
+        ours, theirs = getattr(light, table), getattr(plain, table)
+        assert len(ours) == len(theirs)
+        for name in theirs.names:
+            assert ours.col(name).dtype == theirs.col(name).dtype, (table, name)
+            assert np.array_equal(ours.col(name), theirs.col(name)), (table, name)
+        for name in theirs.times:
+            assert np.array_equal(ours.ok(name), theirs.ok(name)), (table, name)
+    assert light.dev_names.table() == plain.dev_names.table() and light.bad == plain.bad
+
+
+def test_a_light_pass_of_whole_us_times_imports_no_numpy(tmp_path: Path) -> None:
+    """What the child saves: numpy's import (~0.07 s) on a trace whose times are all whole µs."""
+    path = _write(tmp_path / "rank-0.json.gz", steps=40)
+    code = ("import sys; from pathlib import Path; from commprof.ingest.kineto.prefetch import scan_trace; "
+            f"scan_trace(Path({str(path)!r}), 'x', light=True); print('numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -18,8 +18,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,11 +97,15 @@ def _sweep(folder: Path) -> None:
 def _temporary(problems: list[tuple[Path, OSError]]) -> CachePlace:
     reasons = "; ".join(f"{p}: {(e.strerror or str(e)).lower()}" for p, e in problems)
     try:
+        import tempfile  # here, with shutil: the command forks kineto.prefetch's child before it needs them
+
         folder = Path(tempfile.mkdtemp(prefix="commprof-tables-"))
     except OSError:
         path, err = problems[0]
         raise WriteError("the table cache", path, err,
                          f"nowhere else is writable either (temporary folder included); {CACHE_HINT}") from None
+    import shutil
+
     atexit.register(shutil.rmtree, folder, True)
     note = (f"no table cache can be written ({reasons}): this analysis keeps its tables in a temporary folder "
             f"({folder}) removed when it ends, and the next one parses the traces again; {CACHE_HINT} to keep them")

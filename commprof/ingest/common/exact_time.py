@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from commprof.ingest.common.time_limits import MAX_NS, MAX_US
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -65,10 +67,6 @@ def _general(values: Sequence[Any]) -> tuple[I64, Mask]:
 # text: ~0.55 µs a value in Python against ~1.2 ms + 0.15 µs a value in polars; even near 3,000 values);
 # a trace has several such columns per rank, and small ranks are many in a large job.
 SMALL = 2500
-# |ns| of a time or duration that commprof accepts (~73 years): sums of a base, a start and a duration
-# stay inside int64, so no figure can wrap around
-MAX_NS = 2**61 - 1
-MAX_US = MAX_NS // 1000 - 1  # the largest whole µs whose ns (with any fraction) is within MAX_NS
 
 
 def _plain_decimals(values: Sequence[Any]) -> tuple[I64, Mask] | None:

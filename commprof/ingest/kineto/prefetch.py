@@ -3,7 +3,8 @@
 A cold ``commprof analyze`` of one trace spends ~0.3 s importing polars, numpy and the analyzers and
 ~0.3 s decoding and scanning the trace, one after the other on one core: the decode holds the GIL
 (msgspec), and so do the imports, so a thread cannot overlap them. :func:`start`, called before those
-imports, forks a child that imports only what the pass needs (numpy, msgspec, the stream and the scan),
+imports, forks a child that imports only what the pass needs (msgspec, the stream and the scan; numpy only
+when the trace's times are not all whole µs: the child keeps such columns as array.array, see rows.flush_light),
 streams the trace into a :class:`~commprof.ingest.kineto.scan.Scan` and hands it back pickled through a
 pipe; the reader's :func:`scanned` takes it instead of reading the file again.
 
@@ -61,12 +62,13 @@ def _stat_key(path: Path) -> tuple[int, int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
-def scan_trace(path: Path, label: str) -> tuple[StreamResult, Scan]:
-    """The one pass over the trace's events (what ``reader.extract`` reads before building tables)."""
+def scan_trace(path: Path, label: str, light: bool = False) -> tuple[StreamResult, Scan]:
+    """The one pass over the trace's events (what ``reader.extract`` reads before building tables). ``light``
+    (the child): without numpy where the times allow (see Scan.light); the reader of the Scan adopts it."""
     from commprof.ingest.kineto.scan import Scan
     from commprof.ingest.kineto.stream import stream_events
 
-    scan = Scan()
+    scan = Scan(light=light)
     # Hundreds of thousands of small tuples trigger the cyclic GC over and over; nothing here forms
     # cycles, so it is paused for the pass (about a tenth of the ingest time).
     gc_was_enabled = gc.isenabled()
@@ -198,7 +200,10 @@ def _child(read_fd: int, write_fd: int, path: Path, label: str, stat_key: tuple[
         # not the command's output: a reader of it (`| head`, a pipe read to its end) never waits for the child
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
-        result = scan_trace(path, label)
+        from commprof.ingest.kineto.rows import light_ok
+
+        # numpy (~0.07 s of imports) is not needed for a trace of whole-µs times: the parent converts the columns
+        result = scan_trace(path, label, light=light_ok())
         data = pickle.dumps((stat_key, result), protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(data)
         while view:
@@ -242,6 +247,7 @@ def _collect(pending: _Pending, path: Path) -> tuple[StreamResult, Scan] | None:
         stat_key, result = pickle.loads(b"".join(chunks))
         if stat_key != pending.stat_key or _stat_key(path) != stat_key:
             return None  # the file changed while it was read
+        result[1].adopt()  # the child's columns into numpy, as the pass here would have made them
     except Exception:  # noqa: BLE001 - unreadable hand-over: read the file here
         return None
     return result  # type: ignore[no-any-return]

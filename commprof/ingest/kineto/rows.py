@@ -7,19 +7,24 @@ categories) are numbered in order of first sight, and the values waiting in Pyth
 into numpy columns once ``BATCH`` times are pending — the times of every table in one conversion call,
 so its fixed cost is paid a few times per trace, not once per decoded piece. What the pass holds is
 then bounded by the kept columns plus one batch.
+
+numpy is imported where it is used, not with the module: kineto.prefetch's child runs the pass without it
+(:func:`flush_light`), and the command's parent turns what the child kept into numpy (:meth:`Rows.adopt`).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from functools import cache
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
+from commprof.ingest.common.time_limits import MAX_US
 
-from commprof.ingest.common.exact_time import to_ns
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 BATCH = 1 << 15  # pending time values that make a flush (~3 MB of Python values)
 
@@ -44,13 +49,14 @@ class Rows:
     :meth:`finish`, ``col(name)`` is the whole column (times in ns, without the trace's base) and
     ``ok(name)`` says which times were numbers."""
 
-    def __init__(self, times: Sequence[str], ints: dict[str, type[np.integer[Any]]]) -> None:
+    def __init__(self, times: Sequence[str], ints: dict[str, str]) -> None:
         self.times = tuple(times)
-        self.ints = dict(ints)
+        self.ints = dict(ints)  # column -> numpy dtype name, one of TYPECODES
         self.names = (*self.times, *self.ints)
         self.pending: list[tuple[Any, ...]] = []
-        self._chunks: dict[str, list[npt.NDArray[Any]]] = {n: [] for n in self.names}
-        self._ok: dict[str, list[npt.NDArray[np.bool_]]] = {n: [] for n in self.times}
+        # numpy chunks; after flush_light, array.array chunks (times in whole µs) with None for their ok
+        self._chunks: dict[str, list[Any]] = {n: [] for n in self.names}
+        self._ok: dict[str, list[Any]] = {n: [] for n in self.times}
         self.flushed = 0
 
     def __len__(self) -> int:
@@ -59,20 +65,40 @@ class Rows:
     def pending_times(self) -> int:
         return len(self.pending) * len(self.times)
 
+    def adopt(self) -> None:
+        """numpy chunks in place of the array.array chunks of :func:`flush_light` (whole µs times: their ns,
+        all valid; ints as they are), as :func:`flush` would have made them."""
+        import numpy as np
+
+        for name, chunks in self._chunks.items():
+            dtype = np.int64 if name in self.times else np.dtype(self.ints[name])
+            scale = 1000 if name in self.times else 1
+            for i, chunk in enumerate(chunks):
+                if isinstance(chunk, array):
+                    chunks[i] = np.frombuffer(chunk, dtype) * scale if scale != 1 else np.frombuffer(chunk, dtype)
+        for oks, times in zip(self._ok.values(), (self._chunks[n] for n in self.times), strict=True):
+            for i, ok in enumerate(oks):
+                if ok is None:
+                    oks[i] = np.ones(len(times[i]), np.bool_)
+
     def finish(self) -> None:
+        import numpy as np
+
         for name in self.names:
             chunks = self._chunks[name]
-            dtype = self.ints.get(name, np.int64)
+            dtype = self.ints.get(name, "int64")
             self._chunks[name] = [np.concatenate(chunks) if chunks else np.empty(0, dtype)]
         for name in self.times:
             oks = self._ok[name]
             self._ok[name] = [np.concatenate(oks) if oks else np.empty(0, np.bool_)]
 
     def col(self, name: str) -> npt.NDArray[Any]:
-        return self._chunks[name][0]
+        column: npt.NDArray[Any] = self._chunks[name][0]
+        return column
 
     def ok(self, name: str) -> npt.NDArray[np.bool_]:
-        return self._ok[name][0]
+        valid: npt.NDArray[np.bool_] = self._ok[name][0]
+        return valid
 
 
 @cache
@@ -99,6 +125,10 @@ def release_free_memory() -> None:
 
 def flush(tables: Sequence[Rows]) -> None:
     """Convert every pending row of ``tables``: all their times in one :func:`to_ns` call."""
+    import numpy as np
+
+    from commprof.ingest.common.exact_time import to_ns
+
     rows = [len(t.pending) for t in tables]
     if not any(rows):
         return
@@ -115,4 +145,43 @@ def flush(tables: Sequence[Rows]) -> None:
         for values, (name, dtype) in zip(cols[len(table.times):], table.ints.items(), strict=True):
             table._chunks[name].append(np.array(values, dtype=dtype))
         table.pending.clear()  # cleared, not replaced: the pass holds its append method
+        table.flushed += n
+
+
+TYPECODES = {"int32": "i", "int8": "b", "int64": "q"}  # numpy dtype name -> array.array typecode
+
+
+def light_ok() -> bool:
+    """Do array.array's typecodes have the sizes of the numpy dtypes they stand for here?"""
+    return all(array(code).itemsize == int(dtype[3:]) // 8 for dtype, code in TYPECODES.items())
+
+
+def flush_light(tables: Sequence[Rows]) -> None:
+    """:func:`flush` without numpy, where every pending time is a whole µs within ``MAX_US`` (what
+    :func:`to_ns` turns into ``µs * 1000``, all valid, in one numpy call): the columns become array.array
+    chunks, for :meth:`Rows.adopt` to turn into numpy. Any other batch goes to :func:`flush` (numpy and all),
+    so that every batch is converted as :func:`flush` would convert it."""
+    rows = [len(t.pending) for t in tables]
+    if not any(rows):
+        return
+    columns = [list(zip(*t.pending, strict=True)) if t.pending else [()] * len(t.names) for t in tables]
+    times = list(chain.from_iterable(col for t, cols in zip(tables, columns, strict=True)
+                                     for col in cols[: len(t.times)]))
+    try:
+        # to_ns's first test (type(values[0]) is int), then what np.asarray makes of ints and bools: int64
+        whole = array("q", times) if times and type(times[0]) is int else None
+    except (TypeError, OverflowError):
+        whole = None
+    if whole is None or (whole and not -MAX_US <= min(whole) <= max(whole) <= MAX_US):
+        flush(tables)
+        return
+    at = 0
+    for table, cols, n in zip(tables, columns, rows, strict=True):
+        for name in table.times:
+            table._chunks[name].append(whole[at : at + n])
+            table._ok[name].append(None)
+            at += n
+        for values, (name, dtype) in zip(cols[len(table.times):], table.ints.items(), strict=True):
+            table._chunks[name].append(array(TYPECODES[dtype], values))
+        table.pending.clear()
         table.flushed += n

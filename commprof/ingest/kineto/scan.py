@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from commprof.ingest.common import names
 from commprof.ingest.kineto.decode import (
@@ -24,7 +23,7 @@ from commprof.ingest.kineto.decode import (
     decode_args,
 )
 from commprof.ingest.kineto.numbers import INT64_LIMIT, as_int
-from commprof.ingest.kineto.rows import BATCH, Codes, Rows, release_free_memory
+from commprof.ingest.kineto.rows import BATCH, Codes, Rows, flush_light, release_free_memory
 from commprof.ingest.kineto.rows import flush as flush_rows
 
 
@@ -85,14 +84,14 @@ class Scan:
     :class:`Rows` (names, lanes, pids and tids as codes into the ``Codes`` tables, times converted in
     batches), so the pass holds a few bytes a row and not the rows' text."""
 
-    dev: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"name": np.int32, "lane": np.int32,
-                                                                  "kind": np.int8, "corr": np.int64}))
+    dev: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"name": "int32", "lane": "int32",
+                                                                  "kind": "int8", "corr": "int64"}))
     dev_comm_args: dict[int, Args] = field(default_factory=dict)  # device row -> args of comm kernels
-    cpu: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"pid": np.int32, "tid": np.int32,
-                                                                  "name": np.int32, "cat": np.int32}))
+    cpu: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"pid": "int32", "tid": "int32",
+                                                                  "name": "int32", "cat": "int32"}))
     cpu_comm_args: dict[int, Args] = field(default_factory=dict)  # cpu row -> args of comm ops and c10d calls
     step_rows: list[int] = field(default_factory=list)  # cpu rows of ProfilerStep#N marks
-    launch: Rows = field(default_factory=lambda: Rows(("ts",), {"corr": np.int64, "tid": np.int32}))
+    launch: Rows = field(default_factory=lambda: Rows(("ts",), {"corr": "int64", "tid": "int32"}))
     comm_args_by_external_id: dict[int, Args] = field(default_factory=dict)
     thread_names: dict[Any, str] = field(default_factory=dict)
     gpu_pids: set[Any] = field(default_factory=set)
@@ -110,6 +109,9 @@ class Scan:
     cpu_roles: dict[str, int] = field(default_factory=dict)  # CPU op name -> _PLAIN, _COMM_OP, ...
     unclassified: set[str] = field(default_factory=set)  # kernel names that read like comm, taken as compute
     bad: Counter[str] = field(default_factory=Counter)  # what the skipped device events were
+    # kineto.prefetch's child: rows kept as array.array where that is what flush would make (rows.flush_light),
+    # so that a pass over whole-µs times never imports numpy; :meth:`adopt` makes them numpy
+    light: bool = False
 
     def add(self, events: list[Event]) -> None:
         # Runs once per event of every trace: names bound to locals, the decoders called inline (what
@@ -181,7 +183,7 @@ class Scan:
                     dev_corr = -1 if read is None else read
                 dev_row((ts, dur, dev_names[name], lane, row_kind, dev_corr))
         if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
-            flush_rows((self.dev, self.cpu, self.launch))
+            (flush_light if self.light else flush_rows)((self.dev, self.cpu, self.launch))
 
     def add_typed(self, events: list[Any]) -> None:
         """:meth:`add` for a piece decoded as TYPED_EVENT: the same rows, warnings and kept args, from
@@ -247,7 +249,7 @@ class Scan:
                     dev_corr = -1 if read is None else read
                 dev_row((ts, dur, dev_names[name], lane, row_kind, dev_corr))
         if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
-            flush_rows((self.dev, self.cpu, self.launch))
+            (flush_light if self.light else flush_rows)((self.dev, self.cpu, self.launch))
 
     def _cpu_args(self, ev: Event, role: int) -> None:
         self._cpu_args_of(decode_args(ev.args) if role != _STEP else None, role)
@@ -271,13 +273,27 @@ class Scan:
         self.bad[f"{ev.cat} {str(ev.name)[:60]!r} without {'/'.join(missing)}"] += 1
 
     def finish(self) -> None:
-        """After the last piece: every pending row into the columns."""
+        """After the last piece: every pending row into the columns (a light scan: into array.array chunks
+        where it can, for :meth:`adopt` to finish)."""
         tables = (self.dev, self.cpu, self.launch)
+        if self.light:
+            flush_light(tables)
+            return
         flush_rows(tables)
         release_free_memory()
         for table in tables:
             table.finish()
         release_free_memory()  # the chunks the columns were joined from
+
+    def adopt(self) -> None:
+        """A light scan's columns as :meth:`finish` makes them (numpy), in the process that reads them."""
+        if not self.light:
+            return
+        tables = (self.dev, self.cpu, self.launch)
+        for table in tables:
+            table.adopt()
+            table.finish()
+        self.light = False
 
     def _kernel_kind(self, name: str) -> int:
         if "Memcpy" in name or "Memset" in name:

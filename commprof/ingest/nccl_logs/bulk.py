@@ -122,7 +122,7 @@ class Piece:
     end: int
 
 
-OPCOUNT = r" opCount ([0-9a-fA-F]{1,15}) "  # the first one a line holds: left out of its key
+OPCOUNT = r" opCount [0-9a-fA-F]{1,15} "  # the first one a line holds: left out of its key
 _OPCOUNT = re.compile(OPCOUNT)
 
 
@@ -156,9 +156,11 @@ def _prepare(parts: list[str]) -> list[Piece | None]:
         .select("piece", line.str.split("\n", inclusive=True))
         .explode("line")
         .filter(line.is_not_null())
-        .with_columns(line.str.replace(OPCOUNT, " opCount 0 ").alias("key"))
-        .with_columns(
-            pl.col("key").cast(pl.Categorical(pl.Categories.random())).to_physical().alias("code"),
+        .select(
+            "piece",
+            "line",
+            line.str.replace(OPCOUNT, " opCount 0 ").cast(pl.Categorical(pl.Categories.random())).to_physical()
+            .alias("code"),
             line.str.len_chars().alias("chars"),
         )
         .collect()
@@ -167,7 +169,8 @@ def _prepare(parts: list[str]) -> list[Piece | None]:
     counts = np.bincount(piece, minlength=len(texts))
     first, inverse = groups(frame.get_column("code").to_numpy().astype(np.int64) * len(texts) + piece)
     keys, msgs, hex_at, rep_len = [], [], [], []
-    for rep in frame.get_column("key").gather(pl.Series(first)).to_list():
+    for first_line in frame.get_column("line").gather(pl.Series(first)).to_list():
+        rep = _OPCOUNT.sub(" opCount 0 ", first_line, count=1)  # the key's text, as polars wrote it
         key = classify(rep)
         msg = ""
         j = -9

@@ -241,3 +241,19 @@ def test_every_line_its_own_prefix_goes_through_the_loop(tmp_path: Path, monkeyp
     assert not bulk.worth_it(path.read_text())
     _same([path])
     assert not calls
+
+
+@pytest.mark.parametrize("high", [1, 5, 300, 10**9])
+def test_groups_and_distinct_as_numpy_unique(high: int) -> None:
+    """``bulk.groups`` and ``bulk.distinct`` give what ``np.unique`` gives (few codes: counted; many: sorted)."""
+    import numpy as np
+
+    rng = np.random.default_rng(high)
+    for n in (0, 1, 7, 1000):
+        code = rng.integers(0, high, n)
+        first, inverse = bulk.groups(code)
+        _, want_first, want_inverse = np.unique(code, return_index=True, return_inverse=True)
+        assert first.tolist() == want_first.tolist()
+        assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+        if high < 10**9:
+            assert bulk.distinct(code).tolist() == np.unique(code).tolist()

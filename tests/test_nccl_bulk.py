@@ -207,14 +207,27 @@ def test_fixtures_in_bulk(chunk_rows: int, small: None, monkeypatch: pytest.Monk
     _same(logs)
 
 
-def test_colliding_keys_fall_back(small: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Keys are grouped by hash and then checked: a collision sends the pieces through the loop."""
-    path = tmp_path / "a.log"
-    path.write_text("".join(P + COLL.format(op="AllReduce", n=i, c=8 + i % 2, ptr="0x55d1") + "\n" for i in range(50)))
-    real = pl.Expr.hash
-    monkeypatch.setattr(pl.Expr, "hash", lambda self, *a, **k: real(self, *a, **k) * 0)
-    assert bulk.prepare([path.read_text()]) == [None]
+def test_op_counts_of_every_width_after_wide_prefixes(
+    small: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """opCounts of 1 to 15 hex digits, either case, after prefixes with multi-byte characters (the digits are
+    read from the text's UTF-8 bytes); keys that differ only past the digits stay apart."""
+    calls = _count_bulk(monkeypatch)
+    heads = [P, "pod-\xe9 | " + R, "\u2603\ufffd " + Q]
+    lines = list(INITS)
+    want = []
+    for width in range(1, 16):
+        for n in ("f" * width, "A" * width, format(width, "x").zfill(width), "1" + "0" * (width - 1)):
+            for i, head in enumerate(heads):
+                lines.append(head + COLL.format(op="AllReduce", n=n, c=8 << (width % 2), ptr="0x55d1"))
+                want.append(int(n, 16))
+                if i == 2:
+                    lines.append(head + TUNINGS[0].format(op="AllReduce"))
+    path = tmp_path / "wide.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     _same([path])
+    assert sum(calls) > 100
+    assert parse_nccl_logs([path]).colls.get_column("op_count").to_list() == want
 
 
 def test_every_line_its_own_prefix_goes_through_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,3 +241,19 @@ def test_every_line_its_own_prefix_goes_through_the_loop(tmp_path: Path, monkeyp
     assert not bulk.worth_it(path.read_text())
     _same([path])
     assert not calls
+
+
+@pytest.mark.parametrize("high", [1, 5, 300, 10**9])
+def test_groups_and_distinct_as_numpy_unique(high: int) -> None:
+    """``bulk.groups`` and ``bulk.distinct`` give what ``np.unique`` gives (few codes: counted; many: sorted)."""
+    import numpy as np
+
+    rng = np.random.default_rng(high)
+    for n in (0, 1, 7, 1000):
+        code = rng.integers(0, high, n)
+        first, inverse = bulk.groups(code)
+        _, want_first, want_inverse = np.unique(code, return_index=True, return_inverse=True)
+        assert first.tolist() == want_first.tolist()
+        assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+        if high < 10**9:
+            assert bulk.distinct(code).tolist() == np.unique(code).tolist()

@@ -70,6 +70,26 @@ def classify(rep: str) -> Key:
     return Key(TUNING, rep[:k], fields=fields)
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of small non-negative integers, ascending (``np.unique`` without its sort)."""
+    return np.flatnonzero(np.bincount(values)) if len(values) else values[:0]
+
+
+def groups(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct code's first row, and each row's group (numbered by code, ascending): what
+    ``np.unique(code, return_index=True, return_inverse=True)`` gives, without its sort when the codes are
+    non-negative and few."""
+    n = len(code)
+    if not n or code.min() < 0 or code.max() > 4 * n + 1024:
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        return first, inverse.reshape(-1)
+    present = np.bincount(code) > 0
+    inverse = (np.cumsum(present) - 1)[code]
+    first = np.full(int(np.count_nonzero(present)), n, dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(n))
+    return first, inverse
+
+
 _TOKENS = ((1, "opCount"), (3, "sendbuff"), (5, "recvbuff"), (7, "count"), (9, "datatype"), (11, "op"),
            (13, "root"), (15, "comm"))
 
@@ -90,8 +110,7 @@ class Batch:
     kinds: np.ndarray  # per key: its kind
     first: np.ndarray  # per key: its first line
     msgs: list[str]  # per key: the COLL message its lines share, opCount 0 ("" for other keys)
-    hex_at: np.ndarray  # per COLL key: where its lines' opCount digits start (characters)
-    rep_len: np.ndarray  # per COLL key: its representative's length (its lines: that, less 1, plus their digits)
+    op_count: np.ndarray  # per line: its opCount if its key is a COLL key (else 0)
 
 
 @dataclass
@@ -103,7 +122,7 @@ class Piece:
     end: int
 
 
-OPCOUNT = r" opCount ([0-9a-fA-F]{1,15}) "  # the first one a line holds: left out of its key
+OPCOUNT = r" opCount [0-9a-fA-F]{1,15} "  # the first one a line holds: left out of its key
 _OPCOUNT = re.compile(OPCOUNT)
 
 
@@ -130,28 +149,28 @@ def _prepare(parts: list[str]) -> list[Piece | None]:
     # universal newlines, as the loop's ``io.StringIO(part, newline=None)`` reads them
     texts = [p.replace("\r\n", "\n").replace("\r", "\n") if "\r" in p else p for p in parts]
     line = pl.col("line")
+    # keys are grouped by their text (a categorical: exact, no hash to check), apart per piece
     frame = (
         pl.DataFrame({"piece": pl.Series(range(len(texts)), dtype=pl.Int32), "line": texts})
         .lazy()
         .select("piece", line.str.split("\n", inclusive=True))
         .explode("line")
         .filter(line.is_not_null())
-        .with_columns(
-            line.str.replace(OPCOUNT, " opCount 0 ").alias("key"),
+        .select(
+            "piece",
+            "line",
+            line.str.replace(OPCOUNT, " opCount 0 ").cast(pl.Categorical(pl.Categories.random())).to_physical()
+            .alias("code"),
+            line.str.len_chars().alias("chars"),
         )
-        .with_columns((pl.col("key").hash() ^ pl.col("piece").hash()).alias("hash"))  # checked below
         .collect()
     )
-    counts = np.bincount(frame.get_column("piece").to_numpy(), minlength=len(texts))
-    _, first, inverse = np.unique(frame.get_column("hash").to_numpy(), return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    reps = pl.Series(first[inverse])
-    same = frame.select(*(pl.col(c).gather(reps).eq(pl.col(c)).all() for c in ("piece", "key"))).row(0)
-    if not all(same):
-        return [None] * len(parts)  # two keys share a hash: every piece line by line
-    firsts = pl.Series(first)
+    piece = frame.get_column("piece").to_numpy()
+    counts = np.bincount(piece, minlength=len(texts))
+    first, inverse = groups(frame.get_column("code").to_numpy().astype(np.int64) * len(texts) + piece)
     keys, msgs, hex_at, rep_len = [], [], [], []
-    for rep in frame.get_column("key").gather(firsts).to_list():
+    for first_line in frame.get_column("line").gather(pl.Series(first)).to_list():
+        rep = _OPCOUNT.sub(" opCount 0 ", first_line, count=1)  # the key's text, as polars wrote it
         key = classify(rep)
         msg = ""
         j = -9
@@ -166,17 +185,32 @@ def _prepare(parts: list[str]) -> list[Piece | None]:
         msgs.append(msg)
         hex_at.append(j + 9)
         rep_len.append(len(rep))
-    batch = Batch(
-        frame.get_column("line"), inverse, keys, np.array([k.kind for k in keys], dtype=np.int8), first, msgs,
-        np.array(hex_at, dtype=np.int64), np.array(rep_len, dtype=np.int64),
-    )
+    kinds = np.array([k.kind for k in keys], dtype=np.int8)
+    lines = frame.get_column("line")
+    ops = _op_counts(lines, frame.get_column("chars").to_numpy(), inverse, kinds, np.array(hex_at), np.array(rep_len))
+    batch = Batch(lines, inverse, keys, kinds, first, msgs, ops)
     out: list[Piece | None] = []
     start = 0
     for n in counts.tolist():
-        used = len(np.unique(inverse[start : start + n]))
+        used = np.count_nonzero(np.bincount(inverse[start : start + n]))
         out.append(Piece(batch, start, start + n) if n and used <= MAX_KEY_SHARE * n else None)
         start += n
     return out
+
+
+def _op_counts(
+    lines: pl.Series, nchars: np.ndarray, key: np.ndarray, kinds: np.ndarray, hex_at: np.ndarray, rep_len: np.ndarray
+) -> np.ndarray:
+    """The opCount of each COLL line (0 for the other lines): its digits stand where its key's representative
+    has its ``0`` (``hex_at``), as many as the line's characters exceed the representative's, less 1 (1 to 15
+    hex digits: the regex took nothing else). The slices are short: polars keeps them inline, no copy of the
+    text."""
+    coll = kinds[key] == COLL
+    if not coll.any():
+        return np.zeros(len(key), dtype=np.int64)
+    width = np.where(coll, nchars.astype(np.int64) - rep_len[key] + 1, 0)
+    digits = lines.str.slice(pl.Series(hex_at[key]), pl.Series(width))
+    return digits.str.to_integer(base=16, strict=False).fill_null(0).to_numpy()
 
 
 @dataclass
@@ -196,50 +230,25 @@ class BulkRows:
         return BulkRows(self.batch, self.rows[a : a + n], self.comm[a : a + n], self.proc[a : a + n])
 
 
-def _op_counts(batch: Batch, rows: np.ndarray) -> pl.Series:
-    """The opCount of COLL lines ``rows``: the digits where the key's representative has its ``0``."""
-    keys = batch.key[rows]
-    frame = pl.DataFrame(
-        {
-            "line": batch.lines.gather(pl.Series(rows, dtype=pl.Int64)),
-            "at": pl.Series(batch.hex_at[keys], dtype=pl.Int64),
-            "rep": pl.Series(batch.rep_len[keys], dtype=pl.Int64),
-        }
-    )
-    line = pl.col("line")
-    return frame.select(
-        line.str.slice(pl.col("at"), line.str.len_chars() - pl.col("rep") + 1)
-        .str.to_integer(base=16, strict=False)
-        .alias("op_count")
-    ).to_series()
-
-
 def frame_of(segs: list[BulkRows], parse: Callable[[list[str]], pl.DataFrame]) -> pl.DataFrame:
     """The COLL rows of bulk runs, in order: each distinct message parsed once (``parse``: typed rows, in
     order), then each row its key's fields and its own opCount."""
-    where: dict[tuple[int, int], int] = {}
+    slots: dict[int, np.ndarray] = {}  # per batch: each key's message's place in ``msgs`` (-1: none yet)
     msgs: list[str] = []
-    ats, op_counts = [], []
-    group: list[BulkRows] = []
-    for seg in [*segs, None]:  # the opCounts of consecutive runs of one batch, read together
-        if group and (seg is None or seg.batch is not group[0].batch):
-            op_counts.append(_op_counts(group[0].batch, np.concatenate([g.rows for g in group])))
-            group = []
-        if seg is None:
-            break
-        group.append(seg)
-        uniq, inv = np.unique(seg.batch.key[seg.rows], return_inverse=True)
-        slots = []
-        for u in uniq.tolist():
-            slot = where.get((id(seg.batch), u))
-            if slot is None:
-                slot = where[id(seg.batch), u] = len(msgs)
+    ats = []
+    for seg in segs:
+        slot = slots.get(id(seg.batch))
+        if slot is None:
+            slot = slots[id(seg.batch)] = np.full(len(seg.batch.keys), -1, dtype=np.int64)
+        k = seg.batch.key[seg.rows]
+        for u in distinct(k).tolist():
+            if slot[u] < 0:
+                slot[u] = len(msgs)
                 msgs.append(seg.batch.msgs[u])
-            slots.append(slot)
-        ats.append(np.array(slots, dtype=np.int64)[inv.reshape(-1)])
+        ats.append(slot[k])
     table = parse(msgs)
     return table[np.concatenate(ats)].with_columns(
-        pl.concat(op_counts).alias("op_count"),
+        pl.Series("op_count", np.concatenate([seg.batch.op_count[seg.rows] for seg in segs]), dtype=pl.Int64),
         pl.Series("comm_index", np.concatenate([seg.comm for seg in segs]), dtype=pl.Int32),
         pl.Series("process_index", np.concatenate([seg.proc for seg in segs]), dtype=pl.Int32),
     )

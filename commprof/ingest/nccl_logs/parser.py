@@ -417,7 +417,7 @@ class LogParser:
         fast = batch.kinds[row_key] != bulk.EVENT
         # the first COLL / TUNING line of a prefix this file has not cached goes through the loop (it makes the Head)
         first: dict[str, int] = {}
-        for u in np.unique(row_key).tolist():
+        for u in bulk.distinct(row_key).tolist():
             key = batch.keys[u]
             if key.kind != bulk.EVENT and key.prefix not in ctx.heads:
                 at = int(batch.first[u]) - start
@@ -452,7 +452,7 @@ class LogParser:
         threads: dict[tuple[int, int], int] = {}
         thread_of: list[tuple[Process, int]] = []
         procs: dict[int, Process] = {}
-        for u in np.unique(row_key).tolist():
+        for u in bulk.distinct(row_key).tolist():
             key = keys[u]
             h = ctx.heads.get(key.prefix)
             if h is None:
@@ -521,13 +521,20 @@ class LogParser:
         rec = np.where(has_tid[t_thr], np.where(j >= 0, rec_row[j], at_thr[t_thr]), -1)
         j = _last_before(prc, named, tunings)  # ... the process's
         rec = np.where(rec >= 0, rec, np.where(j >= 0, rec_row[j], at_proc[t_thr]))
-        uk, uk_at = np.unique(t_key, return_inverse=True)  # each distinct line once
-        named_op = np.array([_names_op(keys[k]) for k in uk.tolist()], dtype=bool)[uk_at.reshape(-1)]
+        named_op = np.zeros(len(keys), dtype=bool)  # each distinct line once
+        for k in bulk.distinct(t_key).tolist():
+            named_op[k] = _names_op(keys[k])
+        named_op = named_op[t_key]
         j = _last_before(thr, colls, tunings)  # the thread's last COLL line: the op a TUNING line without one takes
         op_from = np.where(named_op, -1, np.where(j >= 0, row_key[j], -2 - t_thr))
-        combos, inverse = np.unique(np.stack([t_key, rec, op_from], axis=1), axis=0, return_inverse=True)
+        # each distinct (line, communicator, op source) once: one int64 code each (nonnegative, ascending as the
+        # triples are; the parts are below the key, communicator and thread counts)
+        span_r, span_o = len(self.state.comms) + 1, len(keys) + len(thread_of) + 2
+        codes, inverse = np.unique((t_key * span_r + rec + 1) * span_o + op_from + len(thread_of) + 2,
+                                   return_inverse=True)
         args = []
-        for k, r, o in combos.tolist():
+        for code in codes.tolist():
+            k, r, o = code // (span_r * span_o), code // span_o % span_r - 1, code % span_o - len(thread_of) - 2
             fields = keys[k].fields
             assert fields is not None
             op = fields[0]
@@ -651,8 +658,10 @@ def _last(values: np.ndarray, at: np.ndarray) -> list[tuple[int, int]]:
     """Each distinct value and the last of the positions ``at`` where it stands."""
     if not len(values):
         return []
-    uniq, back = np.unique(values[::-1], return_index=True)
-    return list(zip(uniq.tolist(), at[len(at) - 1 - back].tolist(), strict=True))
+    last = np.full(int(values.max()) + 1, -1, dtype=np.int64)
+    np.maximum.at(last, values, np.arange(len(values)))
+    uniq = np.flatnonzero(last >= 0)
+    return list(zip(uniq.tolist(), at[last[uniq]].tolist(), strict=True))
 
 
 def _last_before(groups: np.ndarray, at: np.ndarray, targets: np.ndarray) -> np.ndarray:

@@ -12,7 +12,8 @@ a bare Python line pass over the same bytes (text mode, as the line-by-line pars
 them for ``NCCL `` (mmap, bytes.count).
 
 The log (16 nodes x 8 GPUs, NCCL 2.26, COLL lines, one file per process; see
-tests/fixtures/nccl/gen_128rank.py) is generated into a temp folder, about ``--size-mb`` MB. Each
+tests/fixtures/nccl/gen_128rank.py) is generated into a temp folder, about ``--size-mb`` MB; a copy of it with a
+``[%F %T] `` timestamp before every line (a new second every 500 lines, as a log collector writes it) is timed too. Each
 tool runs in its own fresh interpreter, ``--repeat`` times, interleaved (base, new, base, ...);
 medians of wall time and of process CPU time are reported (CPU time is the steadier of the two
 when other work shares the machine). The baseline is any checkout of the repository (``git worktree add /tmp/base
@@ -78,6 +79,21 @@ def generate(folder: Path, size_mb: float) -> int:
     return sum(p.stat().st_size for p in folder.iterdir())
 
 
+def stamped(folder: Path, into: Path, every: int = 500) -> Path:
+    """A copy of the log files in ``folder`` with ``[%F %T] `` before each line, one second per ``every`` lines."""
+    if into.is_dir() and any(into.iterdir()):
+        return into
+    into.mkdir(parents=True, exist_ok=True)
+    for path in sorted(folder.iterdir()):
+        out = []
+        with path.open("rb") as fh:
+            for k, line in enumerate(fh):
+                s = k // every
+                out.append(b"[2025-07-21 %02d:%02d:%02d] " % (s // 3600 % 24, s // 60 % 60, s % 60) + line)
+        (into / path.name).write_bytes(b"".join(out))
+    return into
+
+
 def run_child(checkout: Path, folder: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONDONTWRITEBYTECODE": "1"}
     out = subprocess.run([sys.executable, "-c", CHILD, str(folder)], check=True, capture_output=True, text=True,
@@ -105,6 +121,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"floor: bare line pass {floor:.0f} MB/s")
         rows.append(rare.row(f"NCCL log, every line NCCL ({size / 1e6:.0f} MB): parse", rates["new"], floor,
                              "bare Python line pass", ">= 150 MB/s", rates.get("base")))
+        # the same log as a log collector keeps it: a timestamp before every line, the same for 500 lines at a time
+        # (a few hundred collectives a second), so the lines' prefixes change every 500 lines
+        timed = stamped(folder, Path(tmp) / "stamped" if args.keep is None else args.keep.with_name(
+            args.keep.name + "-stamped"))
+        timed_size = sum(p.stat().st_size for p in timed.iterdir())
+        timed_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
+        timed_floors: list[float] = []
+        for _ in range(args.repeat):
+            for name in sorted(checkouts):
+                timed_runs[name].append(run_child(checkouts[name], timed))
+            timed_floors.append(rare.line_pass_s(sorted(timed.iterdir())))
+        print(f"log with a timestamp per line: {timed} ({timed_size / 1e6:.0f} MB)")
+        timed_rates = report_all_nccl(timed_runs, timed_size)
+        rows.append(rare.row(f"NCCL log, every line NCCL, timestamped per line ({timed_size / 1e6:.0f} MB): parse",
+                             timed_rates["new"], timed_size / 1e6 / statistics.median(timed_floors),
+                             "bare Python line pass", ">= 150 MB/s", timed_rates.get("base")))
         if args.rare_mb > 0:
             rows += rare.bench_rare(Path(tmp) / "rare", args.rare_mb, checkouts, args.repeat, run_child)
     rare.write_rows(args.out, rows)

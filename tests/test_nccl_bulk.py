@@ -194,6 +194,7 @@ def test_generated_job_takes_the_bulk_path(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.setattr(bulk, "DENSE_PIECE_CHARS", 1024)
     monkeypatch.setattr(bulk, "MAX_KEY_SHARE", 1.0)
+    monkeypatch.setattr(bulk, "MIN_RUN", 32)  # 15 steps: runs shorter than the default's
     monkeypatch.setattr(nccl_parser.LogParser, "_bulk", counted)
     monkeypatch.setattr(nccl_parser, "COLL_CHUNK_ROWS", 997)
     _same(paths)

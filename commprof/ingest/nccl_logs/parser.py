@@ -444,7 +444,10 @@ class LogParser:
         False (nothing done) where a prefix is not cached (the cache is full), for the loop to read them."""
         st, keys = self.state, piece.keys
         row_key = piece.key[a:b]
-        nk = len(keys)
+        # per distinct key of the run (not of the batch: a run is a few lines where timestamps make most keys new)
+        run_keys = bulk.distinct(row_key)
+        nk = len(run_keys)
+        local = np.searchsorted(run_keys, row_key)
         rec_k = np.full(nk, -1, dtype=np.int64)
         proc_k = np.zeros(nk, dtype=np.int64)
         thr_k = np.zeros(nk, dtype=np.int64)
@@ -452,8 +455,8 @@ class LogParser:
         threads: dict[tuple[int, int], int] = {}
         thread_of: list[tuple[Process, int]] = []
         procs: dict[int, Process] = {}
-        for u in bulk.distinct(row_key).tolist():
-            key = keys[u]
+        for u, k in enumerate(run_keys.tolist()):
+            key = keys[k]
             h = ctx.heads.get(key.prefix)
             if h is None:
                 return False
@@ -468,7 +471,7 @@ class LogParser:
                 rec = proc.comm_by_ptr.get(key.ptr) or st.by_ptr(proc, key.ptr)
                 if rec is not None:
                     rec_k[u] = rec.index
-        kind, rec_row, thr, prc = kind_k[row_key], rec_k[row_key], thr_k[row_key], proc_k[row_key]
+        kind, rec_row, thr, prc = kind_k[local], rec_k[local], thr_k[local], proc_k[local]
         colls = np.flatnonzero(kind == bulk.COLL)
         named = colls[rec_row[colls] >= 0]  # COLL lines whose communicator is known
         tunings = np.flatnonzero(kind == bulk.TUNING)
@@ -521,10 +524,9 @@ class LogParser:
         rec = np.where(has_tid[t_thr], np.where(j >= 0, rec_row[j], at_thr[t_thr]), -1)
         j = _last_before(prc, named, tunings)  # ... the process's
         rec = np.where(rec >= 0, rec, np.where(j >= 0, rec_row[j], at_proc[t_thr]))
-        named_op = np.zeros(len(keys), dtype=bool)  # each distinct line once
-        for k in bulk.distinct(t_key).tolist():
-            named_op[k] = _names_op(keys[k])
-        named_op = named_op[t_key]
+        tuning_keys = bulk.distinct(t_key)  # each distinct line once
+        named_op = np.array([_names_op(keys[k]) for k in tuning_keys.tolist()], dtype=bool)
+        named_op = named_op[np.searchsorted(tuning_keys, t_key)]
         j = _last_before(thr, colls, tunings)  # the thread's last COLL line: the op a TUNING line without one takes
         op_from = np.where(named_op, -1, np.where(j >= 0, row_key[j], -2 - t_thr))
         # each distinct (line, communicator, op source) once: one int64 code each (nonnegative, ascending as the
@@ -658,6 +660,10 @@ def _last(values: np.ndarray, at: np.ndarray) -> list[tuple[int, int]]:
     """Each distinct value and the last of the positions ``at`` where it stands."""
     if not len(values):
         return []
+    if values.max() > 4 * len(values) + 1024:  # few values among many (communicators of a big run): no table of all
+        flipped = values[::-1]
+        uniq, first = np.unique(flipped, return_index=True)
+        return list(zip(uniq.tolist(), at[len(values) - 1 - first].tolist(), strict=True))
     last = np.full(int(values.max()) + 1, -1, dtype=np.int64)
     np.maximum.at(last, values, np.arange(len(values)))
     uniq = np.flatnonzero(last >= 0)

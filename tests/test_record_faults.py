@@ -110,11 +110,113 @@ def test_a_nearly_full_disk_never_changes_the_training_outcome(tmp_path: Path, f
         fill(disk, free_bytes=free_kib << 10)
         done = subprocess.run(record_cmd(disk / "run", "toy_train.py", "--steps", "8"), env=job_env(report_dir),
                               capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert "terminate called" not in done.stderr and "Traceback" not in done.stderr
+        assert done.returncode == 0, why(done.stderr)
+        assert "terminate called" not in done.stderr and "Traceback" not in done.stderr, why(done.stderr)
         assert temporaries(disk) == []
     finished = {int(p.stem.split("-")[1]): load(p) for p in report_dir.glob("rank-*.json")}
     assert sorted(finished) == [0, 1, 2, 3]  # every rank trained to its end
+    assert "no trace written: the disk is full" in done.stderr  # the profiler's writer never ran there
+
+
+_CAUSES = ("Fatal Python error", "terminate called", "what():", "Abort", "abort", "Signal ", "exitcode",
+           "Error", "error", "Traceback", "corrupt", "free()", "malloc")
+
+
+def why(stderr: str) -> str:
+    """The lines that say why a rank died (the ranks' own messages come long before torchrun's summary),
+    then the tail."""
+    lines = [line for line in stderr.splitlines() if any(c in line for c in _CAUSES)]
+    return "\n".join(["-- lines naming a cause:", *lines[:60], "-- tail:", stderr[-3000:]])
+
+
+# The profiler's trace export into a disk with exactly the room that makes its C++ writer (Kineto's
+# ChromeTraceLogger: <name>.tmp, then a rename) fail part-way, in a child process: one profile per try.
+_EXPORT_ON_A_FULL_DISK = r"""
+import json, os, shutil, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+import torch
+from pathlib import Path
+from machine_faults import fill
+from commprof.record.rank import trace as trace_mod
+from commprof.record.rank.config import RankConfig, WindowSettings
+from commprof.record.rank.identity import RankIdentity
+from commprof.record.rank.sidecar import RankPaths, Sidecar
+
+disk, mode = sys.argv[2], sys.argv[3]
+PAGE = 4096
+
+def profiled(ops):
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
+    prof.start()
+    x = torch.ones(16, 16)
+    for _ in range(ops):
+        x = torch.tanh(x @ x)
+    prof.stop()
+    return prof
+
+def size_of(ops):
+    with tempfile.TemporaryDirectory() as scratch:
+        profiled(ops).export_chrome_trace(os.path.join(scratch, "t.json"))
+        return os.path.getsize(os.path.join(scratch, "t.json"))
+
+def plans():
+    if mode != "cut":
+        size = size_of(40)
+        yield 40, size, (size * 2 if mode == "reserve" else size // 2) // PAGE * PAGE
+        return
+    # room for all but the last few hundred bytes: the writer's last flush, at close(), fails (most traces
+    # end with more than that in its buffer); the trace size picks the number of ops
+    tried = 0
+    for ops in range(40, 240):
+        size = size_of(ops)
+        if 64 <= size % PAGE <= 512:
+            yield ops, size, size // PAGE * PAGE
+            tried += 1
+            if tried == 6:
+                return
+
+tries = []
+for ops, size, free in plans():
+    for name in os.listdir(disk):
+        path = os.path.join(disk, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    fill(Path(disk), free_bytes=free)
+    trace_mod.RESERVE_BYTES = 16 << 20 if mode == "reserve" else free  # the writer starts, then the disk is full
+    paths = RankPaths(os.path.join(disk, "run"), 0)
+    paths.make_dirs()
+    warnings = []
+    writer = trace_mod.TraceWriter(Sidecar(RankConfig(paths.run_dir, WindowSettings()),
+                                           RankIdentity(0, 0, 1, 1, None, 0, True), paths), warnings.append)
+    prof = profiled(ops)
+    writer.export(prof)  # prof stays alive, as in a rank: it holds the writer's file open
+    writer.wait()
+    left = sorted(os.path.relpath(os.path.join(d, f), disk) for d, _, fs in os.walk(disk) for f in fs if f != "filler")
+    st = os.statvfs(disk)
+    tries.append({"ops": ops, "free": free, "size": size, "warnings": warnings, "files": left,
+                  "free_after": st.f_bavail * st.f_frsize})
+    del prof
+    if mode != "cut" or any("cut short" in w for w in warnings):
+        break
+print(json.dumps(tries))
+"""
+
+
+@pytest.mark.parametrize("mode", ["partial", "cut", "reserve"])
+def test_a_trace_export_that_fills_the_disk_leaves_nothing_behind(tmp_path: Path, mode: str) -> None:
+    """partial: the writer fails half-way and leaves its partial ``.tmp`` (all the room that was left) until
+    the end of the run; cut: only its last flush fails and it renames a cut-short trace as if whole; reserve:
+    on a disk with less than 16 MiB free the writer does not start."""
+    with full_disk(tmp_path / "disk", size_kib=4096) as disk:
+        done = subprocess.run([sys.executable, "-c", _EXPORT_ON_A_FULL_DISK, str(REPO / "tests"), str(disk), mode],
+                              capture_output=True, text=True, env=job_env(tmp_path / "reports"), timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        tries = json.loads(done.stdout)
+    last = tries[-1]
+    assert last["files"] == [], tries  # no trace, no partial file
+    assert last["free_after"] >= last["free"], tries  # all the room is given back at once
+    expected = {"partial": "the profiler wrote no file", "cut": "the profiler wrote it cut short",
+                "reserve": "no trace written: the disk is full"}[mode]
+    assert any(expected in w for w in last["warnings"]), tries
 
 
 def test_no_room_for_the_manifest_is_one_line_before_the_job_starts(tmp_path: Path) -> None:

@@ -94,12 +94,14 @@ class Analysis:
     @cached_property
     def rank_group_waits(self) -> pl.DataFrame:
         """rank, pg: wait for later ranks per step (the skew page's columns)."""
-        return sm.rank_group_waits(sm.analyzed(self.collectives), self.steps)
+        waits: pl.DataFrame = sm.rank_group_waits(sm.analyzed(self.collectives), self.steps)
+        return waits
 
     @cached_property
     def _traffic(self) -> tuple[pl.DataFrame, int]:
         n_steps = int(self.steps["step"].n_unique()) if self.steps.height else 1
-        return traffic_matrix(self.collectives, self.process_groups, n_steps)
+        matrix: tuple[pl.DataFrame, int] = traffic_matrix(self.collectives, self.process_groups, n_steps)
+        return matrix
 
     @property
     def traffic(self) -> pl.DataFrame:

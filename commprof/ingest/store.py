@@ -160,7 +160,7 @@ def _file_key(path: Path) -> tuple[int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def _round_trips(dtype: pl.DataType) -> bool:
+def _round_trips(dtype: Any) -> bool:
     if isinstance(dtype, pl.List):
         return _round_trips(dtype.inner)
     return isinstance(dtype, _ROUND_TRIP)

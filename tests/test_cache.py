@@ -245,8 +245,8 @@ def test_the_tables_just_written_are_read_back_as_the_files_hold_them(tmp_path: 
     """store._remember / store.written: the batch this process wrote last is read back from memory, as the files
     hold it; a file written anew since (another process) is read from disk; a batch's parse drops the last one."""
     frames = {
-        "intervals": pl.DataFrame({"rank": [0], "kind": ["comm"], "start_ns": [1]},
-                                  schema={"rank": pl.Int32, "kind": pl.Enum(["compute", "comm"]), "start_ns": pl.Int64}),
+        "intervals": pl.DataFrame({"rank": [0], "kind": ["comm"], "start_ns": [1]}, schema={
+            "rank": pl.Int32, "kind": pl.Enum(["compute", "comm"]), "start_ns": pl.Int64}),
         "collectives": pl.DataFrame({"pg": ["0", None], "bytes": [8, None]}),
         "step_marks": pl.DataFrame({"step": [1, 2]}),
         "process_groups": pl.DataFrame({"ranks": [[0, 1]]}, schema={"ranks": pl.List(pl.Int32)}),

@@ -62,8 +62,14 @@ def _first_use() -> None:
     console.print("w", style="yellow", highlight=False, soft_wrap=True)
 
 
+def _key_parts() -> None:
+    from commprof.report import report_cache
+
+    report_cache.prepare()
+
+
 # run while waiting for the prefetch child, after LATE_IMPORTS
-WHILE_WAITING: tuple[str | Callable[[], object], ...] = (*LATE_IMPORTS, _first_use)
+WHILE_WAITING: tuple[str | Callable[[], object], ...] = (*LATE_IMPORTS, _first_use, _key_parts)
 
 
 @click.command()

@@ -360,8 +360,9 @@ def classify_dimensions(
 ) -> pl.DataFrame:
     """``pgs`` (pg, desc, ranks, ...) with dimension, dimension_source and confidence columns."""
     layout_groups = layout.group_dimensions() if layout is not None else {}
+    # read only for the groups listed: none listed (a trace without process-group names), none made
     traffic = {r["pg"]: r for r in group_traffic(collectives, steps).iter_rows(named=True)} \
-        if collectives is not None else {}
+        if collectives is not None and pgs.height else {}
     nodes = nodes_spanned if nodes_spanned is not None else [None] * pgs.height
     multi_node = any((n or 0) > 1 for n in nodes)
     all_ranks = pgs["ranks"].to_list()

@@ -18,6 +18,29 @@ def rank_distribution(rank_summary: pl.DataFrame) -> pl.DataFrame:
     """One row per metric: over the ranks that have it, min, p10, median, p90, max (the nearest
     rank's own value, not an interpolation), mean, and which rank holds the min and the max (the
     lowest such rank on ties)."""
+    metrics = [m for m in METRICS if m in rank_summary.columns]
+    if not metrics:
+        return pl.DataFrame(schema=SCHEMA)
+    # every metric's figures in one query (~40 small queries, one per figure, took ~2.5 ms); a NaN, which
+    # sorts last but is no max, takes the query per figure instead
+    exprs = []
+    for i, metric in enumerate(metrics):
+        v = pl.col(metric).cast(pl.Float64)
+        exprs += [v.count().alias(f"{i}ranks"), v.is_nan().any().alias(f"{i}nan"), v.min().alias(f"{i}min"),
+                  *[v.quantile(q, "nearest").alias(f"{i}{k}") for k, q in QUANTILES], v.max().alias(f"{i}max"),
+                  v.mean().alias(f"{i}mean"), pl.col("rank").filter(v == v.min()).min().alias(f"{i}min_rank"),
+                  pl.col("rank").filter(v == v.max()).min().alias(f"{i}max_rank")]
+    row = rank_summary.select(exprs).row(0, named=True)
+    if any(row[f"{i}nan"] for i in range(len(metrics))):
+        return _by_figure(rank_summary)
+    keys = ("ranks", "min", *(k for k, _ in QUANTILES), "max", "mean", "min_rank", "max_rank")
+    rows = [{"metric": metric, **{k: row[f"{i}{k}"] for k in keys}} for i, metric in enumerate(metrics)
+            if row[f"{i}ranks"]]
+    return pl.DataFrame(rows, schema=SCHEMA)
+
+
+def _by_figure(rank_summary: pl.DataFrame) -> pl.DataFrame:
+    """:func:`rank_distribution`, a few queries per metric."""
     rows = []
     for metric in METRICS:
         if metric not in rank_summary.columns:

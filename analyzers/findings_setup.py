@@ -133,6 +133,8 @@ def rule_desync(c: Ctx) -> list[Finding]:
                                    & (pl.col("matched_ranks") > 1)).select("rank", "pg", "match_key", "op", "step",
                                                                             "bytes")
     # no blame on a rank whose clock or run is in doubt (analyzers/sanity.py): its calls pair by accident
+    if calls.height == 0:  # e.g. one rank: no matched call (the queries below would find nothing)
+        return _desync_flight_recorder(c)
     calls = calls.filter(~pl.col("rank").is_in(list(c.doubtful)).any().over("match_key"))
     ops = _odd(calls, "match_key", "op")
     sized = calls.filter(pl.col("op").is_in(SAME_SIZE_OPS) & pl.col("bytes").is_not_null())

@@ -42,6 +42,23 @@ def contains(u: Union, points: Array) -> npt.NDArray[np.bool_]:
     return (idx >= 0) & (ue[safe] > points)
 
 
+def inside(u: Union, points: Array) -> npt.NDArray[np.bool_]:
+    """``contains(u, points[:-1])`` for sorted, unique ``points`` that hold every bound of ``u`` (the elementary
+    segments' left ends): marks at the bounds and a running sum, instead of a binary search per point (~2x
+    faster on the 54 MB trace's 60k points). Other points: :func:`contains`."""
+    us, ue = u
+    n = points.size
+    if us.size == 0 or n < 2:
+        return contains(u, points[:-1])
+    at_s, at_e = np.searchsorted(points, us), np.searchsorted(points, ue)
+    if at_e[-1] >= n or (points[at_s] != us).any() or (points[at_e] != ue).any() or (ue[:-1] >= us[1:]).any():
+        return contains(u, points[:-1])
+    marks = np.zeros(n, np.int64)
+    marks[at_s] = 1
+    marks[at_e] = -1
+    return np.cumsum(marks[:-1]) > 0
+
+
 def sorted_unique(values: Array) -> Array:
     """np.unique for int64, by sort (numpy 2's hash-based unique is slower on these sizes)."""
     out = np.sort(values, kind="stable")
@@ -69,16 +86,14 @@ def subtract(a: Union, b: Union) -> Union:
     if a[0].size == 0 or b[0].size == 0:
         return a
     pts = boundaries(a, b)
-    left = pts[:-1]
-    return combine(pts, contains(a, left) & ~contains(b, left))
+    return combine(pts, inside(a, pts) & ~inside(b, pts))
 
 
 def intersect(a: Union, b: Union) -> Union:
     if a[0].size == 0 or b[0].size == 0:
         return EMPTY
     pts = boundaries(a, b)
-    left = pts[:-1]
-    return combine(pts, contains(a, left) & contains(b, left))
+    return combine(pts, inside(a, pts) & inside(b, pts))
 
 
 def length(u: Union) -> int:

@@ -244,7 +244,7 @@ def _step_parts(
     left, seg = pts[:-1], np.diff(pts)
     window = np.searchsorted(bounds, left, side="right") - 1
     valid = (window >= 0) & (window < n)
-    in_c, in_m, in_mem = iv.contains(compute, left), iv.contains(comm, left), iv.contains(memory, left)
+    in_c, in_m, in_mem = iv.inside(compute, pts), iv.inside(comm, pts), iv.inside(memory, pts)
 
     def total(mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
         sel = valid & mask
@@ -315,7 +315,7 @@ def _collective_shares(
     np.add.at(active, np.searchsorted(pts, pe), -1)
     running = np.cumsum(active)[:-1]
     seg = np.diff(pts).astype(np.float64)
-    in_c = iv.contains(compute, pts[:-1])
+    in_c = iv.inside(compute, pts)
     share = np.divide(seg, running, out=np.zeros_like(seg), where=running > 0)
     cum_ovl = np.concatenate([[0.0], np.cumsum(np.where(in_c, share, 0.0))])
     cum_exp = np.concatenate([[0.0], np.cumsum(np.where(in_c, 0.0, share))])

@@ -1,7 +1,9 @@
 """The analysis of a run: a short, named list of steps over a :class:`RunTables`, giving one
 :class:`Analysis` that holds every number any view shows (views only select and format).
 
-    skew → sanity → overlap → tiers → dimensions → efficiency → summaries → traffic → findings
+    skew → sanity → overlap → tiers → dimensions → efficiency → summaries → findings
+
+(the traffic matrix and the per-group waits are made when first read: see :class:`Analysis`)
 
 Each step reads what the earlier ones made and adds its own frames; none reads a file.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,9 +75,6 @@ class Analysis:
     by_dimension: pl.DataFrame
     by_tier: pl.DataFrame
     stragglers: pl.DataFrame
-    rank_group_waits: pl.DataFrame  # rank, pg: wait for later ranks per step (the skew page's columns)
-    traffic: pl.DataFrame  # src, dst, bytes_per_step
-    traffic_left_out: int
     warnings: tuple[str, ...]
     # ranks whose clock or run identity is in doubt (analyzers/sanity.py): rank, check, reason; no finding
     # that blames a rank rests on their calls
@@ -87,6 +87,31 @@ class Analysis:
     # where the exposed comm goes, when it is a large share of the step and no finding names a cause
     exposed_note: ExposedNote | None = None
     hang: HangReport | None = None  # from Flight Recorder dumps beside the traces (analyzers/hang.py)
+
+    # Made when first read (the dashboard's skew and topology pages): no report, rule or text view reads
+    # them, so `analyze` does not pay their queries (issue 24). Each is computed from frames of the analysis
+    # (collectives, process_groups, steps), as the steps computed them before.
+    @cached_property
+    def rank_group_waits(self) -> pl.DataFrame:
+        """rank, pg: wait for later ranks per step (the skew page's columns)."""
+        waits: pl.DataFrame = sm.rank_group_waits(sm.analyzed(self.collectives), self.steps)
+        return waits
+
+    @cached_property
+    def _traffic(self) -> tuple[pl.DataFrame, int]:
+        n_steps = int(self.steps["step"].n_unique()) if self.steps.height else 1
+        matrix: tuple[pl.DataFrame, int] = traffic_matrix(self.collectives, self.process_groups, n_steps)
+        return matrix
+
+    @property
+    def traffic(self) -> pl.DataFrame:
+        """src, dst, dimension, tier, bytes_per_step (analyzers/traffic.py)."""
+        return self._traffic[0]
+
+    @property
+    def traffic_left_out(self) -> int:
+        """Calls left out of :attr:`traffic`: their group's ranks are unknown."""
+        return self._traffic[1]
 
     def top_collectives(self, n: int | None = None) -> pl.DataFrame:
         """The (pg, op, bytes) rows that cost the most exposed time."""
@@ -243,20 +268,13 @@ def step_summaries(w: _Work) -> None:
         by_dimension=sm.dimension_tier(c, st, w.pg_steps, pgs, ("dimension",)),
         by_tier=sm.dimension_tier(c, st, w.pg_steps, pgs, ("tier",)),
         stragglers=sm.stragglers(c, st),
-        rank_group_waits=sm.rank_group_waits(c, st),
     )
-
-
-def step_traffic(w: _Work) -> None:
-    n_steps = int(w.steps["step"].n_unique()) if w.steps.height else 1
-    traffic, left_out = traffic_matrix(w.collectives, w.groups, n_steps)
-    w.out.update(traffic=traffic, traffic_left_out=left_out)
 
 
 STEPS: tuple[tuple[str, Callable[[_Work], None]], ...] = (
     ("skew", step_skew), ("sanity", step_sanity), ("overlap", step_overlap), ("tiers", step_tiers),
     ("dimensions", step_dimensions),
-    ("efficiency", step_efficiency), ("summaries", step_summaries), ("traffic", step_traffic),
+    ("efficiency", step_efficiency), ("summaries", step_summaries),
 )
 
 

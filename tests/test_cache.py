@@ -239,3 +239,35 @@ def test_rows_read_at_once_equal_each_trace_read_alone(sample_run: Path, monkeyp
         assert isinstance(source, RowSlice) == (store.part_rows(rf.meta, "intervals") is not None)
         assert_frame_equal(read_rank_intervals(rank, source), own)
         assert_frame_equal(read_rank_intervals(rank, source, ["kind", "start_ns"]), own.select("kind", "start_ns"))
+
+
+def test_the_tables_just_written_are_read_back_as_the_files_hold_them(tmp_path: Path) -> None:
+    """store._remember / store.written: the batch this process wrote last is read back from memory, as the files
+    hold it; a file written anew since (another process) is read from disk; a batch's parse drops the last one."""
+    frames = {
+        "intervals": pl.DataFrame({"rank": [0], "kind": ["comm"], "start_ns": [1]}, schema={
+            "rank": pl.Int32, "kind": pl.Enum(["compute", "comm"]), "start_ns": pl.Int64}),
+        "collectives": pl.DataFrame({"pg": ["0", None], "bytes": [8, None]}),
+        "step_marks": pl.DataFrame({"step": [1, 2]}),
+        "process_groups": pl.DataFrame({"ranks": [[0, 1]]}, schema={"ranks": pl.List(pl.Int32)}),
+    }
+    assert store._write_tables(frames, "t", tmp_path) is None
+    store._remember(frames, "t", tmp_path)
+    for table, frame in frames.items():
+        path = tmp_path / table / "t.parquet"
+        assert store.written(path) is frame
+        assert_frame_equal(pl.read_parquet(path), frame)  # what a reader of the file gets
+        assert_frame_equal(store._read_parquet(path), frame)
+    other = tmp_path / "step_marks" / "t.parquet"
+    pl.DataFrame({"step": [7, 8, 9]}).write_parquet(other)  # rewritten by someone else
+    assert store.written(other) is None
+    assert store._read_parquet(other)["step"].to_list() == [7, 8, 9]
+    other.unlink()
+    assert store.written(other) is None
+    odd = {**frames, "step_marks": pl.DataFrame({"v": [None]})}  # a Null column: not kept (read from the file)
+    store._write_tables(odd, "u", tmp_path)
+    store._remember(odd, "u", tmp_path)
+    assert store.written(tmp_path / "step_marks" / "u.parquet") is None
+    assert store.written(tmp_path / "intervals" / "u.parquet") is odd["intervals"]
+    store.parse_batch([], tmp_path)
+    assert store.written(tmp_path / "intervals" / "u.parquet") is None

@@ -47,3 +47,21 @@ def test_per_lane_union_keeps_lanes_apart() -> None:
     assert iv.length(u) == 12 + 15
     merged = iv.unshift(u, 100)
     assert merged[0].tolist() == [0] and merged[1].tolist() == [20]
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans, st.lists(st.integers(-5, 90), max_size=20), st.booleans())
+def test_inside_is_contains_at_the_segments_left_ends(a: list[tuple[int, int]], extra: list[int],
+                                                      with_bounds: bool) -> None:
+    """``inside(u, points)`` == ``contains(u, points[:-1])``: with every bound among the points (the fast
+    path) or not (the fallback), a point at either end, empty unions and fewer than two points."""
+    u = as_union(a)
+    parts = [np.asarray(extra, dtype=np.int64)] + ([u[0], u[1]] if with_bounds else [])
+    points = iv.sorted_unique(np.concatenate(parts))
+    assert np.array_equal(iv.inside(u, points), iv.contains(u, points[:-1]))
+
+
+def test_inside_takes_the_search_for_intervals_that_touch() -> None:
+    touching = (np.array([0, 5]), np.array([5, 9]))  # not a union (they touch): the marks would cancel at 5
+    points = np.array([0, 3, 5, 7, 9, 12])
+    assert np.array_equal(iv.inside(touching, points), [True, True, True, True, False])

@@ -116,6 +116,27 @@ def test_the_child_pass_reads_alike(tmp_path: Path, forced: list[Any], name: str
     assert not prefetch._pending
 
 
+def test_work_while_waiting_is_done_and_its_failures_ignored(tmp_path: Path, forced: list[Any]) -> None:
+    """``while_waiting``: modules imported and callables called before the child's pass is read; one that
+    raises is skipped (the command meets it again where it does that work itself)."""
+    from commprof.cli.analyze import WHILE_WAITING
+
+    path = _write(tmp_path / "rank-0.json.gz", steps=20)
+    calls: list[str] = []
+
+    def fails() -> None:
+        calls.append("fails")
+        raise RuntimeError("boom")
+
+    assert prefetch.start(str(path), while_waiting=("no.such.module", fails, lambda: calls.append("after"),
+                                                    *WHILE_WAITING))
+    prefetched = _summary(path)
+    assert calls == ["fails", "after"]
+    assert forced and forced[0] is not None  # the child's pass was the one used
+    prefetch._pending.clear()
+    assert prefetched == _summary(path)
+
+
 @pytest.mark.parametrize("name", ["rank-0.json.gz", "rank-0.json"])
 def test_a_cut_trace_warns_alike(tmp_path: Path, forced: list[Any], name: str) -> None:
     (tmp_path / "full").mkdir()

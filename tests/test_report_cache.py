@@ -139,3 +139,24 @@ def test_one_trace_file(tmp_path: Path, analyses: list[int], monkeypatch: pytest
     st = trace.stat()
     os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     assert analyze(str(trace)) == first and len(analyses) == 2
+
+
+def test_the_key_parts_read_ahead_give_the_same_key(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """report_cache.prepare (called while the prefetch child reads): the next key is the one key() makes alone,
+    the parts are used once, and a prepare that could not read the code leaves key() to read it."""
+    from commprof.analyzers.settings import AnalysisSettings
+
+    run = commprof.open_run(run_dir)
+    alone = report_cache.key(run, AnalysisSettings(), {})
+    report_cache.prepare()
+    assert set(report_cache._PREPARED) == {"code", "numpy"}
+    assert report_cache.key(run, AnalysisSettings(), {}) == alone
+    assert not report_cache._PREPARED
+
+    def unreadable() -> list[str]:
+        raise OSError("gone")
+
+    monkeypatch.setattr(report_cache, "_code_rows", unreadable)
+    report_cache.prepare()
+    assert not report_cache._PREPARED
+    assert report_cache.key(run, AnalysisSettings(), {}) is None  # key() met the error itself

@@ -23,12 +23,53 @@ from commprof.cli.common import (
 )
 
 # What the analysis and the report import lazily, after the parse: imported while the prefetch's child
-# reads the trace (an idle wait otherwise; ~35 ms of commprof's modules, ~60 ms of the libraries' parts).
+# reads the trace (an idle wait otherwise; ~45 ms of commprof's modules, ~60 ms of the libraries' parts).
+# The findings' rules and the report key's package metadata (email.parser) were ~10 ms after the parse.
 LATE_IMPORTS = (
     "commprof.analyzers.pipeline", "commprof.analyzers.findings", "commprof.analyzers.whatif", "commprof.ingest.tables",
     "commprof.ingest.topology", "commprof.ingest.sidecar_tables", "commprof.ingest.group_union", "numpy.ma",
-    "polars._utils.parquet", "rich._emoji_codes",
+    "polars._utils.parquet", "rich._emoji_codes", "commprof.analyzers.findings_rules", "commprof.analyzers.exposed",
+    "commprof.analyzers.findings_latency", "commprof.analyzers.findings_layout", "commprof.analyzers.findings_setup",
+    "commprof.analyzers.findings_traffic", "email.parser",
 )
+
+
+
+def _first_use() -> None:
+    """What polars, numpy and rich pay the first time a process uses them (polars' thread pool and each kind
+    of operator, rich's style and text caches: ~10-15 ms of a cold analyze after the parse), paid on a tiny
+    frame and a throwaway table while the prefetch child still reads the trace. Its results are dropped."""
+    import numpy as np
+    import polars as pl
+    from rich.console import Console
+    from rich.table import Table
+
+    frame = pl.DataFrame({"rank": np.zeros(3, np.int32), "pg": ["0", "1", None], "ns": np.arange(3, dtype=np.int64),
+                          "x": [0.5, 1.5, 2.5]})
+    (frame.lazy().with_columns(pl.col("pg").rank("dense").alias("code"), pl.col("pg").str.starts_with("0").alias("gpu"))
+     .group_by("rank", "pg").agg(pl.len(), pl.col("ns").sum(), pl.col("x").mean(), pl.col("code").n_unique())
+     .join(frame.lazy(), on=["rank", "pg"], how="full", coalesce=True).filter(pl.col("ns").is_not_null())
+     .sort("ns", "pg", descending=[True, False]).collect())
+    frame.write_parquet(io.BytesIO(), compression="zstd", statistics=False)
+    pl.Series(["a", "b"], dtype=pl.String).gather(np.array([0, 1, 1]))
+    np.quantile(np.arange(8), [0.05, 0.5], method="nearest")
+    table = Table(title="t", title_justify="left", header_style="bold")
+    table.add_column("a")
+    table.add_column("b", justify="right")
+    table.add_row("x", "1.0")
+    console = Console(file=io.StringIO(), width=160, no_color=True)
+    console.print(table)
+    console.print("w", style="yellow", highlight=False, soft_wrap=True)
+
+
+def _key_parts() -> None:
+    from commprof.report import report_cache
+
+    report_cache.prepare()
+
+
+# run while waiting for the prefetch child, after LATE_IMPORTS
+WHILE_WAITING: tuple[str | Callable[[], object], ...] = (*LATE_IMPORTS, _first_use, _key_parts)
 
 
 @click.command()
@@ -74,7 +115,7 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
     if scheduler is None:  # one big trace not cached yet: read in a second process while this one imports
         from commprof.ingest.kineto import prefetch
 
-        prefetch.start(path, while_waiting=LATE_IMPORTS)
+        prefetch.start(path, while_waiting=WHILE_WAITING)
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
     from commprof.analyzers.settings import AnalysisSettings

@@ -146,6 +146,54 @@ def _write_frame(frame: pl.DataFrame, target: Path, cache: Path) -> None:
     _cache_write(cache, target, buffer.getvalue())
 
 
+# The tables of the batch this process wrote last, by file: what the analysis of the run just parsed reads
+# back (a cold ``analyze`` of one big trace read its four files again, ~8 ms; issue 24). Only in the main
+# process (a pool's worker never reads its tables back: it would only hold memory), only column types
+# that Parquet gives back as they were, and only while the file is the one written (its stat since).
+_WRITTEN: dict[str, tuple[tuple[int, int, int], pl.DataFrame]] = {}
+_ROUND_TRIP = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.String,
+               pl.Boolean, pl.Float32, pl.Float64, pl.Enum)
+
+
+def _file_key(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _round_trips(dtype: Any) -> bool:
+    if isinstance(dtype, pl.List):
+        return _round_trips(dtype.inner)
+    return isinstance(dtype, _ROUND_TRIP)
+
+
+def _remember(frames: dict[str, pl.DataFrame], name: str, cache: Path) -> None:
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return
+    for t in TABLES:
+        frame, target = frames[t], cache / t / f"{name}.parquet"
+        if all(_round_trips(d) for d in frame.schema.values()):
+            with contextlib.suppress(OSError):
+                _WRITTEN[str(target)] = (_file_key(target), frame)
+
+
+def written(path: Path) -> pl.DataFrame | None:
+    """The frame this process wrote to ``path`` last, while the file is still that one; else None."""
+    hit = _WRITTEN.get(str(path))
+    if hit is None:
+        return None
+    try:
+        return hit[1] if _file_key(path) == hit[0] else None
+    except OSError:
+        return None
+
+
+def _read_parquet(path: Path) -> pl.DataFrame:
+    frame = written(path)
+    return pl.read_parquet(path) if frame is None else frame
+
+
 # Small traces are parsed several to a task and their tables written together, one Parquet file per table
 # for the batch (a 4 kB trace's own four files and its task hand-off cost ~10x its parse); a trace above
 # BATCH_ALONE_BYTES of JSON keeps a task and files of its own, named by its stem, as before.
@@ -212,6 +260,7 @@ def parse_batch(entries: list[FileEntry], cache: Path, sidecars: list[dict[str, 
     from commprof.ingest.kineto.reader import stack  # here: a cached ``analyze`` never loads the reader
 
     defer = len(entries) > 1
+    _WRITTEN.clear()  # the last batch's frames: not held while this one is parsed
     outcomes = [guarded(_extract_one, e, sidecars, step_range, defer) for e in entries]
     done = [(e, o.value[0], o.value[1]) for e, o in zip(entries, outcomes, strict=True)
             if o.error is None and o.value[1] is not None]
@@ -236,6 +285,8 @@ def parse_batch(entries: list[FileEntry], cache: Path, sidecars: list[dict[str, 
         if problem is not None:
             for _, meta, _ in items:
                 meta["cache_error"] = problem
+        else:
+            _remember(frames, name, cache)
     return [o if o.error is not None else Outcome(o.value[0]) for o in outcomes]
 
 
@@ -599,7 +650,7 @@ def _read_parts(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str,
         k = order.get(name)
         if k is None:
             k = order[name] = len(files)
-            files.append(pl.read_parquet(folder / f"{name}.parquet"))
+            files.append(_read_parquet(folder / f"{name}.parquet"))
         pieces.append((k, part_rows(meta, table)))
     return files, pieces
 

@@ -103,7 +103,15 @@ def read_rank_intervals(rank: int, path: IntervalSource, columns: Sequence[str] 
     frame out). A rank's rows of a shared file: the file is read once for the ranks that share it (the
     last one read is kept: ranks are handed out in order, a batch's ranks one after the other)."""
     if not isinstance(path, RowSlice):
-        return _scan_rank(rank, path, columns).collect()
+        from commprof.ingest.store import written
+
+        frame = written(path)  # the file this process just wrote (a cold analyze): as read from it
+        if frame is None:
+            return _scan_rank(rank, path, columns).collect()
+        if columns is not None:
+            frame = frame.select([c for c in columns if c in frame.columns])
+        return frame.with_columns(pl.lit(rank, pl.Int32).alias("rank")) if columns is None or "rank" in columns \
+            else frame
     frame = _shared_file(path.path).slice(path.offset, path.length)
     if columns is not None:
         frame = frame.select([c for c in columns if c in frame.columns])

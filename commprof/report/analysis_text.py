@@ -234,7 +234,8 @@ def render_text(report: dict[str, Any], console: Console) -> None:
     console.print(headline(report), style="bold", highlight=False)
     for line in hang_lines(report):
         console.print(line, style="bold red", highlight=False, soft_wrap=True, markup=False)
-    for title, columns, rows in sections(report):
+    parts = sections(report)
+    for title, columns, rows in parts:
         if not rows:
             continue
         if title.startswith("Process groups"):
@@ -246,7 +247,7 @@ def render_text(report: dict[str, Any], console: Console) -> None:
         for row in rows:
             table.add_row(*row)
         console.print(table)
-    if any(rows and "busbw GB/s" in columns for _, columns, rows in sections(report)):
+    if any(rows and "busbw GB/s" in columns for _, columns, rows in parts):
         console.print(bandwidth_note(report), style="dim", highlight=False, soft_wrap=True, markup=False)
     for warning in report["warnings"]:
         console.print(f"warning: {warning}", style="yellow", highlight=False, soft_wrap=True)

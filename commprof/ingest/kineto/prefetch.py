@@ -25,6 +25,7 @@ import pickle
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,7 +51,7 @@ class _Pending:
     path: str
     label: str
     stat_key: tuple[int, int, int, int]
-    while_waiting: tuple[str, ...] = ()
+    while_waiting: tuple[str | Callable[[], object], ...] = ()
 
 
 _pending: list[_Pending] = []
@@ -89,11 +90,12 @@ def scanned(path: Path, label: str) -> tuple[StreamResult, Scan]:
     return taken if taken is not None else scan_trace(path, label)
 
 
-def start(path_arg: str, while_waiting: tuple[str, ...] = ()) -> bool:
+def start(path_arg: str, while_waiting: tuple[str | Callable[[], object], ...] = ()) -> bool:
     """Fork a child that reads the trace at ``path_arg`` (what the user gave ``analyze``) when it is one
     big Kineto trace that the table cache does not hold yet. False when none was started.
     ``while_waiting``: modules the command imports later anyway, imported when it comes to wait for the
-    child (the imports a command makes lazily, after the parse, then cost no time)."""
+    child (the imports a command makes lazily, after the parse, then cost no time); a callable there is called
+    (work whose cost the command would otherwise pay after the parse: its result is not used)."""
     wanted = os.environ.get(ENABLE_ENV, "")
     if wanted == "0" or not hasattr(os, "fork") or _pending:
         return False
@@ -226,7 +228,10 @@ def _take(path: Path, label: str) -> tuple[StreamResult, Scan] | None:
 def _collect(pending: _Pending, path: Path) -> tuple[StreamResult, Scan] | None:
     for name in pending.while_waiting:
         try:
-            importlib.import_module(name)
+            if callable(name):
+                name()
+            else:
+                importlib.import_module(name)
         except Exception:  # noqa: BLE001, PERF203 - it fails again, and is reported, where the command imports it
             continue
     chunks = []

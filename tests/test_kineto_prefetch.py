@@ -116,11 +116,16 @@ def test_the_child_pass_reads_alike(tmp_path: Path, forced: list[Any], name: str
     assert not prefetch._pending
 
 
-def test_work_while_waiting_is_done_and_its_failures_ignored(tmp_path: Path, forced: list[Any]) -> None:
-    """``while_waiting``: modules imported and callables called before the child's pass is read; one that
-    raises is skipped (the command meets it again where it does that work itself)."""
+@pytest.mark.parametrize("handed_over", [False, True])
+def test_work_while_waiting_is_done_and_its_failures_ignored(
+    tmp_path: Path, forced: list[Any], monkeypatch: pytest.MonkeyPatch, handed_over: bool
+) -> None:
+    """``while_waiting``: modules imported and, while the child has not handed its pass over, callables called
+    before the pass is read; one that raises is skipped (the command meets it again where it does that work
+    itself). Once the pass is there, the callables (work done early, not needed) are left out."""
     from commprof.cli.analyze import WHILE_WAITING
 
+    monkeypatch.setattr(prefetch, "_handed_over", lambda fd: handed_over)
     path = _write(tmp_path / "rank-0.json.gz", steps=20)
     calls: list[str] = []
 
@@ -131,10 +136,31 @@ def test_work_while_waiting_is_done_and_its_failures_ignored(tmp_path: Path, for
     assert prefetch.start(str(path), while_waiting=("no.such.module", fails, lambda: calls.append("after"),
                                                     *WHILE_WAITING))
     prefetched = _summary(path)
-    assert calls == ["fails", "after"]
+    assert calls == ([] if handed_over else ["fails", "after"])
     assert forced and forced[0] is not None  # the child's pass was the one used
     prefetch._pending.clear()
     assert prefetched == _summary(path)
+
+
+def test_the_childs_hand_over_is_seen(tmp_path: Path, forced: list[Any]) -> None:
+    """``_handed_over``: not while the child reads, yes once it has written its pass (or exited)."""
+    import time
+
+    path = _write(tmp_path / "rank-0.json.gz", steps=20)
+    read_fd, write_fd = os.pipe()
+    try:
+        assert not prefetch._handed_over(read_fd)
+        os.write(write_fd, b"x")
+        assert prefetch._handed_over(read_fd)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert prefetch.start(str(path))
+    deadline = time.monotonic() + 60
+    while not prefetch._handed_over(prefetch._pending[0].fd) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert prefetch._handed_over(prefetch._pending[0].fd)
+    assert _summary(path) is not None and forced and forced[0] is not None
 
 
 @pytest.mark.parametrize("name", ["rank-0.json.gz", "rank-0.json"])

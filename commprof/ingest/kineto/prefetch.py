@@ -95,7 +95,9 @@ def start(path_arg: str, while_waiting: tuple[str | Callable[[], object], ...] =
     big Kineto trace that the table cache does not hold yet. False when none was started.
     ``while_waiting``: modules the command imports later anyway, imported when it comes to wait for the
     child (the imports a command makes lazily, after the parse, then cost no time); a callable there is called
-    (work whose cost the command would otherwise pay after the parse: its result is not used)."""
+    while the child has not handed its pass over yet (work whose cost the command would otherwise pay after the
+    parse, such as first uses of a library: its result is not used; once the pass is there it is not worth
+    doing early)."""
     wanted = os.environ.get(ENABLE_ENV, "")
     if wanted == "0" or not hasattr(os, "fork") or _pending:
         return False
@@ -228,10 +230,10 @@ def _take(path: Path, label: str) -> tuple[StreamResult, Scan] | None:
 def _collect(pending: _Pending, path: Path) -> tuple[StreamResult, Scan] | None:
     for name in pending.while_waiting:
         try:
-            if callable(name):
-                name()
-            else:
+            if not callable(name):
                 importlib.import_module(name)
+            elif not _handed_over(pending.fd):  # work done early, not extra work: only while there is a wait
+                name()
         except Exception:  # noqa: BLE001, PERF203 - it fails again, and is reported, where the command imports it
             continue
     chunks = []
@@ -256,6 +258,16 @@ def _collect(pending: _Pending, path: Path) -> tuple[StreamResult, Scan] | None:
     except Exception:  # noqa: BLE001 - unreadable hand-over: read the file here
         return None
     return result  # type: ignore[no-any-return]
+
+
+def _handed_over(fd: int) -> bool:
+    """Has the child written to the pipe (or closed it) yet?"""
+    import select
+
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def _discard() -> None:

@@ -182,15 +182,9 @@ def _console(buffer: io.StringIO) -> Any:
 def report_without_traces(path: str) -> dict[str, Any] | None:
     """The report of a folder (or file) that holds Flight Recorder dumps and/or NCCL Inspector logs and no
     trace; None when there are traces (the dumps are then read beside them) or neither."""
-    from commprof.analyzers.hang import hang_report
-    from commprof.analyzers.inspector import inspector_summary
-    from commprof.analyzers.nccl_profiler import algorithm_summary
     from commprof.errors import InputError
     from commprof.ingest.discover import discover, manifest_warnings
-    from commprof.ingest.flight_recorder import find_dumps, read_dumps
-    from commprof.ingest.inspector import find_logs, read_logs
     from commprof.ingest.nccl_profiler import find_traces, read_traces
-    from commprof.report.other_sources import untraced_report
 
     where = Path(path)
     if not where.exists():
@@ -202,6 +196,14 @@ def report_without_traces(path: str) -> dict[str, Any] | None:
             return None
     except InputError:
         pass
+    # imported only now: a run with traces (the common case) does without them, ~10 ms of a cold analyze
+    from commprof.analyzers.hang import hang_report
+    from commprof.analyzers.inspector import inspector_summary
+    from commprof.analyzers.nccl_profiler import algorithm_summary
+    from commprof.ingest.flight_recorder import find_dumps, read_dumps
+    from commprof.ingest.inspector import find_logs, read_logs
+    from commprof.report.other_sources import untraced_report
+
     dumps = find_dumps(where) if where.is_dir() else []
     logs = find_logs(where)
     if not dumps and not logs and not plugin:

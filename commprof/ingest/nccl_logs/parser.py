@@ -19,8 +19,9 @@ from __future__ import annotations
 import io
 import mmap
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,29 +111,25 @@ class LogParser:
     def _parse_utf8(self, path: Path, name: str) -> bool:
         """A plain UTF-8 file, read through the byte-level prefilter (``scan``); False for the others
         (gzip, UTF-16, files that cannot be mapped), which go line by line."""
-        if path.suffix == ".gz":
-            return False
-        with open(path, "rb") as raw:
-            if text_encoding(raw.read(2)) != "utf-8":
-                return False
-            try:
-                view = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
-            except ValueError:  # empty
-                view = None
-            except OSError:
+        with _utf8_pieces(path) as parts:
+            if parts is None:
                 return False
             ctx = self._begin(name)
-            if view is not None:
-                with view:
-                    for part in read_candidates(view, raw.fileno()):
-                        if isinstance(part, Skipped):
-                            ctx.skip(part)
-                        elif len(part) >= bulk.DENSE_PIECE_CHARS:
-                            self._feed_dense(bulk.prepare([part])[0], part, ctx)
-                        else:
-                            self._feed(io.StringIO(part, newline=None), ctx)
+            self._feed_parts(parts, ctx, lambda part: bulk.prepare([part])[0])
         self._end(ctx)
         return True
+
+    def _feed_parts(self, parts: Iterable[str | Skipped], ctx: _FileRead,
+                    dense_piece: Callable[[str], bulk.Piece | None]) -> None:
+        """A file's pieces in order: skipped stretches counted, dense pieces read in bulk (``dense_piece`` gives
+        each one prepared), the others by the line loop."""
+        for part in parts:
+            if isinstance(part, Skipped):
+                ctx.skip(part)
+            elif len(part) >= bulk.DENSE_PIECE_CHARS:
+                self._feed_dense(dense_piece(part), part, ctx)
+            else:
+                self._feed(io.StringIO(part, newline=None), ctx)
 
     def parse_files(self, paths: Iterable[str | Path]) -> None:
         """``parse_file`` of each path, in order. Small plain UTF-8 files are read ahead, up to ``BATCH_BYTES``
@@ -165,13 +162,7 @@ class LogParser:
         pieces = iter(prepared.result() if prepared is not None else [])
         for name, parts in files:
             ctx = self._begin(name)
-            for part in parts:
-                if isinstance(part, Skipped):
-                    ctx.skip(part)
-                elif len(part) >= bulk.DENSE_PIECE_CHARS:
-                    self._feed_dense(next(pieces), part, ctx)
-                else:
-                    self._feed(io.StringIO(part, newline=None), ctx)
+            self._feed_parts(parts, ctx, lambda _part: next(pieces))  # prepared in order, one per dense piece
             self._end(ctx)
 
     def parse_lines(self, lines: Iterable[str], file: str) -> None:
@@ -628,19 +619,35 @@ def _read_ahead(path: Path) -> list[str | Skipped] | None:
     """The pieces of a small plain UTF-8 file (what ``_parse_utf8`` reads); None for any other file, or one
     that fails to read: ``parse_file`` reads those (and says why it could not)."""
     try:
-        if path.suffix == ".gz" or path.stat().st_size > READ_AHEAD_BYTES or is_paste(path):
+        if path.stat().st_size > READ_AHEAD_BYTES or is_paste(path):
             return None
-        with open(path, "rb") as raw:
-            if text_encoding(raw.read(2)) != "utf-8":
-                return None
-            try:
-                view = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
-            except ValueError:  # empty
-                return []
-            with view:
-                return list(read_candidates(view, raw.fileno()))
+        with _utf8_pieces(path) as parts:
+            return None if parts is None else list(parts)
     except (OSError, EOFError, ValueError):
         return None
+
+
+@contextmanager
+def _utf8_pieces(path: Path) -> Iterator[Iterable[str | Skipped] | None]:
+    """The pieces ``scan.read_candidates`` cuts a plain UTF-8 file into, read while the file is open; None for
+    gzip, another encoding or a file that cannot be mapped (they go line by line). Open errors propagate."""
+    if path.suffix == ".gz":
+        yield None
+        return
+    with open(path, "rb") as raw:
+        if text_encoding(raw.read(2)) != "utf-8":
+            yield None
+            return
+        try:
+            view = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # empty
+            yield ()
+            return
+        except OSError:
+            yield None
+            return
+        with view:
+            yield read_candidates(view, raw.fileno())
 
 
 def lines_item(lines: pl.Series, i: int) -> str:

@@ -69,10 +69,14 @@ def _general(values: Sequence[Any]) -> tuple[I64, Mask]:
 SMALL = 2500
 
 
+_PLAIN_TEXT = r"^[0-9]+\.[0-9]{1,3}$"  # Kineto's 3 decimals, Python's "...0.0": a decimal exact at the ns
+
+
 def _plain_decimals(values: Sequence[Any]) -> tuple[I64, Mask] | None:
-    """The usual text, ``digits.d`` to ``digits.ddd`` (Kineto's 3 decimals, Python's ``...0.0``), in a few
-    polars calls (1.5x faster than :func:`_from_text`'s split); every other value by :func:`_from_text`, as
-    the whole list would have been (it treats each value on its own). None when ``values`` are not all text."""
+    """The usual text, ``digits.d`` to ``digits.ddd`` (Kineto's 3 decimals, Python's ``...0.0``), in one polars
+    query: such a text read as a decimal of scale 3 (exact: it has no more places) is the ns, its unscaled
+    integer (to_ns of 32k epoch texts: ~1.2x faster than splitting at the dot); every other value by :func:`_from_text`, as the
+    whole list would have been (it treats each value on its own). None when ``values`` are not all text."""
     import polars as pl  # here: the pass over whole-µs times (kineto.prefetch's child) does without it
 
     try:
@@ -82,16 +86,12 @@ def _plain_decimals(values: Sequence[Any]) -> tuple[I64, Mask] | None:
     if series.dtype != pl.String:
         return None
     text = pl.col("t")
-    dot = text.str.find(".", literal=True)
-    places = text.str.len_bytes() - dot - 1
-    # the text without its dot as an integer: digits only, but for a sign, which the cast takes
-    digits = text.str.replace(".", "", literal=True, n=1).cast(pl.Int64, strict=False)
-    plain = ((dot >= 1) & places.is_between(1, 3) & (digits >= 0) & ~text.str.starts_with("+")
-             & (digits // pl.lit(10).pow(places) <= MAX_US))
+    ns_wide = text.cast(pl.Decimal(38, 3), strict=False).to_physical()  # Int128: 38 digits, past any int64
+    plain = text.str.contains(_PLAIN_TEXT) & (ns_wide < (MAX_US + 1) * 1000)  # whole µs within MAX_US, as elsewhere
     ns = (
         pl.DataFrame({"t": series})
         .lazy()
-        .select(pl.when(plain).then(digits * pl.lit(10).pow(3 - places)).alias("ns"))
+        .select(pl.when(plain).then(ns_wide).cast(pl.Int64).alias("ns"))
         .collect()
         .to_series()
     )

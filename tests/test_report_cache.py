@@ -96,6 +96,57 @@ def test_any_change_analyses_again(change: str, run_dir: Path, analyses: list[in
     assert len(analyses) == 2
 
 
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the run was opened (its tables read)."""
+    import commprof.cli.analyze as cli_analyze
+
+    calls: list[int] = []
+    real: Callable[..., Any] = cli_analyze.open_run_with_progress
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli_analyze, "open_run_with_progress", counted)
+    return calls
+
+
+def test_an_unchanged_run_is_answered_before_it_is_opened(run_dir: Path, analyses: list[int], opened: list[int],
+                                                          tmp_path: Path) -> None:
+    cold = analyze("--top", "4", str(run_dir))
+    assert (len(analyses), len(opened)) == (1, 1)
+    assert len(list((tmp_path / "cache").rglob(f"{report_cache.FOLDER}/{report_cache.QUICK}*"))) == 1
+    assert analyze("--top", "4", str(run_dir)) == cold  # the same text, from the quick key
+    assert without_clock(analyze("--top", "4", "--format", "json", str(run_dir))) == without_clock(
+        analyze("--top", "4", "--format", "json", "--workers", "1", str(run_dir)))  # workers: not in the key
+    assert (len(analyses), len(opened)) == (1, 1)
+    analyze("--top", "5", str(run_dir))  # another option: opened, analysed
+    assert (len(analyses), len(opened)) == (2, 2)
+
+
+def test_a_run_answered_from_its_tables_is_remembered_for_the_quick_key(run_dir: Path, analyses: list[int],
+                                                                        opened: list[int], tmp_path: Path) -> None:
+    first = analyze(str(run_dir))
+    for quick in (tmp_path / "cache").rglob(f"{report_cache.FOLDER}/{report_cache.QUICK}*"):
+        quick.unlink()  # as after a commprof that kept no quick keys: the report is found by opening the run
+    assert analyze(str(run_dir)) == first and (len(analyses), len(opened)) == (1, 2)
+    assert analyze(str(run_dir)) == first and (len(analyses), len(opened)) == (1, 2)
+
+
+@pytest.mark.parametrize("damage", ["report gone", "pointer garbage", "pointer empty"])
+def test_a_quick_key_whose_report_is_gone_opens_the_run(damage: str, run_dir: Path, analyses: list[int],
+                                                        opened: list[int], tmp_path: Path) -> None:
+    first = analyze(str(run_dir))
+    (quick,) = (tmp_path / "cache").rglob(f"{report_cache.FOLDER}/{report_cache.QUICK}*")
+    if damage == "report gone":
+        reports(tmp_path)[0].unlink()
+    else:
+        quick.write_text("../../../etc/passwd" if damage == "pointer garbage" else "", encoding="utf-8")
+    assert analyze(str(run_dir)) == first and len(opened) == 2
+    assert analyze(str(run_dir)) == first and len(opened) == 2  # remembered again
+
+
 def test_off_switch(run_dir: Path, analyses: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMMPROF_REPORT_CACHE", "0")
     first = analyze(str(run_dir))

@@ -116,10 +116,23 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
         from commprof.ingest.kineto import prefetch
 
         prefetch.start(path, while_waiting=WHILE_WAITING)
+    from commprof.report import report_cache
+
+    # unchanged since a run answered with a kept report: that report, before any heavy import (report_cache.py)
+    quick = report_cache.quick_key(path, {
+        "hta_compat": hta_compat, "top": top, "layout": layout, "network": network, "gpus_per_node": gpus_per_node,
+        "peaks": peaks, "what_if": list(what_if), "ranks": ranks, "allow_partial": allow_partial,
+        "step_range": step_range})
+    known = report_cache.quick_load(quick)
+    if known is not None:
+        from commprof.report import analysis_text
+
+        _write(known, fmt, output, render=analysis_text.render_text, markdown=analysis_text.render_markdown)
+        return
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
     from commprof.analyzers.settings import AnalysisSettings
-    from commprof.report import analysis_json, analysis_text, report_cache
+    from commprof.report import analysis_json, analysis_text
 
     if what_if:  # bad values end here, as one line, before the run is read
         from commprof.analyzers.whatif import parse_change
@@ -146,6 +159,7 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
         if report is None:
             report = analysis_json.build(commprof.analyze(run, settings, runner=runner, progress=progress))
             report_cache.store(run, key, report)
+        report_cache.remember(run, quick, key)
     _write(report, fmt, output, render=analysis_text.render_text, markdown=analysis_text.render_markdown)
 
 

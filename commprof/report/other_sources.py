@@ -5,11 +5,12 @@ algorithms, and the report of a folder holding only such files, with what they c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:  # annotations only: a report read back from the report cache is rendered without polars
+    import polars as pl
 
-from commprof.analyzers.hang import HangReport
+    from commprof.analyzers.hang import HangReport
 
 HANG_COLUMNS = ["pg", "desc", "size", "seq", "op", "state", "waiting in it", "behind (last seq)", "never arrived"]
 # what a Flight Recorder dump cannot give: the report says so instead of showing zeros

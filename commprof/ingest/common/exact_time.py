@@ -75,8 +75,9 @@ _PLAIN_TEXT = r"^[0-9]+\.[0-9]{1,3}$"  # Kineto's 3 decimals, Python's "...0.0":
 def _plain_decimals(values: Sequence[Any]) -> tuple[I64, Mask] | None:
     """The usual text, ``digits.d`` to ``digits.ddd`` (Kineto's 3 decimals, Python's ``...0.0``), in one polars
     query: such a text read as a decimal of scale 3 (exact: it has no more places) is the ns, its unscaled
-    integer (to_ns of 32k epoch texts: ~1.2x faster than splitting at the dot); every other value by :func:`_from_text`, as the
-    whole list would have been (it treats each value on its own). None when ``values`` are not all text."""
+    integer (to_ns of 32k epoch texts: ~1.2x faster than splitting at the dot); every other value by
+    :func:`_from_text`, as the whole list would have been (it treats each value on its own). None when
+    ``values`` are not all text."""
     import polars as pl  # here: the pass over whole-µs times (kineto.prefetch's child) does without it
 
     try:

@@ -77,3 +77,26 @@ def test_a_small_run_shows_every_rank_and_no_spread(sample_run: Path) -> None:
     assert _rank_cells(text, "Step time per rank") == [0, 1, 2, 3]
     assert "Spread over" not in text and "more in --format json" not in text
     assert json.loads(json.dumps(report))["rank_distribution"][0]["ranks"] == 4
+
+
+def _clock(host: str, offset_ns: int, residual_ns: int, fit: str = "aligned") -> dict[str, Any]:
+    return {"host": host, "offset_ns": offset_ns, "residual_ns": residual_ns, "calls_used": 8, "fit": fit}
+
+
+def test_the_host_clock_table_of_many_hosts_shows_the_ones_that_matter(big_report: dict[str, Any]) -> None:
+    # 40 hosts: the reference, one not aligned, two moved far, two that fit badly, the rest unremarkable
+    clocks = [_clock(f"node-{i:02d}", 10 * i, 100) for i in range(40)]
+    clocks[0] = _clock("node-00", 0, 0, "reference")
+    clocks[33] = _clock("node-33", 0, 0, "no call shared with other hosts; clock not aligned")
+    clocks[7]["offset_ns"], clocks[21]["offset_ns"] = -9_000_000, 5_000_000
+    clocks[12]["residual_ns"], clocks[30]["residual_ns"] = 700_000, 400_000
+    report = {**big_report, "skew": {**big_report["skew"], "host_clocks": clocks}}
+    text = _text(report)
+    assert "16 of 40 hosts" in text and "24 more in --format json" in text
+    block = text.split("Host clocks", 1)[1].split("└", 1)[0]
+    hosts = [line.split("│")[1].strip() for line in block.splitlines() if line.startswith("│")]
+    assert len(hosts) == 16 and hosts == sorted(hosts)  # in the report's order
+    assert {"node-00", "node-33", "node-07", "node-21", "node-12", "node-30"} <= set(hosts)
+    assert "16 of 40 hosts" in analysis_text.render_markdown(report)
+    few = {**big_report, "skew": {**big_report["skew"], "host_clocks": clocks[:5]}}
+    assert "more in --format json" not in _text(few).split("Host clocks", 1)[1]  # a few hosts: all of them

@@ -72,6 +72,7 @@ DIM_TIER_TITLE = "Communication by dimension and tier (per rank and step; share 
 # (every row stays in --format json)
 MAX_RANK_ROWS = 16
 MAX_GROUP_ROWS = 20
+MAX_HOST_ROWS = 16
 DIST_COLUMNS = ["over the ranks", "min", "p10", "median", "p90", "max", "min at rank", "max at rank"]
 _DIST_LABELS = {"step_ns": ("step ms", "ms"), "exposed_comm_ns": ("exposed comm ms", "ms"),
                 "exposed_wait_ns": ("· of it waiting ms", "ms"), "exposed_pct_of_step": ("exposed % of step", "%"),
@@ -177,12 +178,35 @@ def skew_rows(report: dict[str, Any], top: int = 5) -> list[list[str]]:
              f"pg {s['max_wait_pg']} {s['max_wait_op']}" if s.get("max_wait_pg") else "-"] for s in rows]
 
 
+def shown_clocks(report: dict[str, Any], limit: int = MAX_HOST_ROWS) -> list[dict[str, Any]]:
+    """Every host, or past ``limit``: the reference and every host left unaligned, then those whose clock was
+    moved most, then those that fit worst (largest residual); in the report's order."""
+    clocks: list[dict[str, Any]] = report["skew"]["host_clocks"]
+    if len(clocks) <= limit:
+        return clocks
+    picked = [i for i, c in enumerate(clocks) if c["fit"] != "aligned"][:limit]
+    by_offset = sorted(range(len(clocks)), key=lambda i: (-abs(clocks[i]["offset_ns"] or 0), i))
+    by_residual = sorted(range(len(clocks)), key=lambda i: (-(clocks[i]["residual_ns"] or 0), i))
+    for order, share in ((by_offset, (limit + len(picked)) // 2), (by_residual, limit)):
+        picked += [i for i in order if i not in picked][: max(0, share - len(picked))]
+    return [clocks[i] for i in sorted(picked)]
+
+
 def clock_rows(report: dict[str, Any]) -> list[list[str]]:
     clocks = report["skew"]["host_clocks"]
     if len(clocks) < 2:
         return []
     return [[c["host"], f"{c['offset_ns'] / 1e3:+,.1f}", f"{c['residual_ns'] / 1e3:,.1f}", str(c["calls_used"]),
-             c["fit"]] for c in clocks]
+             c["fit"]] for c in shown_clocks(report)]
+
+
+def clock_title(report: dict[str, Any]) -> str:
+    n = len(report["skew"]["host_clocks"])
+    title = "Host clocks (aligned from matched collectives' end times)"
+    if n <= MAX_HOST_ROWS:
+        return title
+    return (f"{title}: {MAX_HOST_ROWS} of {n:,} hosts — the reference and any not aligned, then the largest offsets "
+            f"and residuals; {n - MAX_HOST_ROWS:,} more in --format json")
 
 
 def skew_title(report: dict[str, Any]) -> str:
@@ -217,7 +241,7 @@ def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str
         (DIM_TIER_TITLE, DIM_TIER_COLUMNS, dimension_tier_rows(report)),
         ("Top collectives by exposed time (all ranks)", TOP_COLUMNS, top_rows(report)),
         (skew_title(report), SKEW_COLUMNS, skew_rows(report)),
-        ("Host clocks (aligned from matched collectives' end times)", CLOCK_COLUMNS, clock_rows(report)),
+        (clock_title(report), CLOCK_COLUMNS, clock_rows(report)),
         hang_section(report),
     ]
 

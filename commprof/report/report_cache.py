@@ -69,26 +69,37 @@ def _code_rows() -> list[str]:
 def _input_rows(path: Path, entries: list[Any], caches: list[Path]) -> list[str] | None:
     """One row per input file; None when the run is too big to fingerprint. A trace's row is the stat the
     ingest saw before it read the trace (``FileEntry.stat_key``), so a trace rewritten while it was being
-    read cannot leave a report keyed on its new state."""
-    seen_by_ingest = {os.path.realpath(e.path): e for e in entries}
+    read cannot leave a report keyed on its new state. Files are known by their folder's real path and their
+    name (one ``realpath`` a folder, not one a file: 5,000 traces cost ~80k ``lstat`` calls that way); a file
+    that is itself a link is then not known as its ingested target and gets a row of its own too, which only
+    adds to the key."""
+    real_folders: dict[str, str] = {}
+
+    def real(file: str) -> str:
+        folder, name = os.path.split(file)
+        known = real_folders.get(folder)
+        if known is None:
+            known = real_folders[folder] = os.path.realpath(folder)
+        return os.path.join(known, name)
+
+    seen_by_ingest = {real(str(e.path)) for e in entries}
     rows = [f"{e.path}\0{e.stat_key}" for e in entries]
     skip = [os.path.realpath(cache) for cache in caches]
     if path.is_dir():
         walked: set[str] = set()
         for folder, dirs, files in os.walk(path, followlinks=True):
-            real = os.path.realpath(folder)
-            if real in walked or any(real == c or real.startswith(c + os.sep) for c in skip):
+            real_folder = os.path.realpath(folder)
+            if real_folder in walked or any(real_folder == c or real_folder.startswith(c + os.sep) for c in skip):
                 dirs[:] = []
                 continue
-            walked.add(real)
+            walked.add(real_folder)
             dirs.sort()
-            for f in sorted(files):
-                full = os.path.join(folder, f)
-                if os.path.realpath(full) not in seen_by_ingest:
-                    rows.append(_stat_row(full, os.path.relpath(full, path)))
+            rel_folder = os.path.relpath(folder, path)
+            rows.extend(_stat_row(os.path.join(folder, f), os.path.normpath(os.path.join(rel_folder, f)))
+                        for f in sorted(files) if os.path.join(real_folder, f) not in seen_by_ingest)
             if len(rows) > MAX_FILES:
                 return None
-    elif os.path.realpath(path) not in seen_by_ingest:
+    elif real(str(path)) not in seen_by_ingest:
         rows.append(_stat_row(str(path), str(path)))
     return rows
 

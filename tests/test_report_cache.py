@@ -29,18 +29,23 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-@pytest.fixture
-def analyses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times the analysis ran."""
+def counting(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    """``owner.name`` replaced by itself counting its calls (one item a call)."""
     calls: list[int] = []
-    real: Callable[..., Any] = commprof.analyze
+    real: Callable[..., Any] = getattr(owner, name)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(commprof, "analyze", counted)
+    monkeypatch.setattr(owner, name, counted)
     return calls
+
+
+@pytest.fixture
+def analyses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the analysis ran."""
+    return counting(monkeypatch, commprof, "analyze")
 
 
 def analyze(*args: str) -> str:
@@ -101,15 +106,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times the run was opened (its tables read)."""
     import commprof.cli.analyze as cli_analyze
 
-    calls: list[int] = []
-    real: Callable[..., Any] = cli_analyze.open_run_with_progress
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(cli_analyze, "open_run_with_progress", counted)
-    return calls
+    return counting(monkeypatch, cli_analyze, "open_run_with_progress")
 
 
 def test_an_unchanged_run_is_answered_before_it_is_opened(run_dir: Path, analyses: list[int], opened: list[int],

@@ -24,13 +24,13 @@ from commprof.cli.common import (
 
 # What the analysis and the report import lazily, after the parse: imported while the prefetch's child
 # reads the trace (an idle wait otherwise; ~45 ms of commprof's modules, ~60 ms of the libraries' parts).
-# The findings' rules and the report key's package metadata (email.parser) were ~10 ms after the parse.
+# The findings' rules were ~10 ms after the parse.
 LATE_IMPORTS = (
     "commprof.analyzers.pipeline", "commprof.analyzers.findings", "commprof.analyzers.whatif", "commprof.ingest.tables",
     "commprof.ingest.topology", "commprof.ingest.sidecar_tables", "commprof.ingest.group_union", "numpy.ma",
     "polars._utils.parquet", "rich._emoji_codes", "commprof.analyzers.findings_rules", "commprof.analyzers.exposed",
     "commprof.analyzers.findings_latency", "commprof.analyzers.findings_layout", "commprof.analyzers.findings_setup",
-    "commprof.analyzers.findings_traffic", "email.parser",
+    "commprof.analyzers.findings_traffic",
 )
 
 

@@ -6,7 +6,7 @@ This hides the analysis from a warm run (~0.1 s of polars queries and ~50 ms of 
 these are what they were when it was written (the key, a SHA-256 over them):
 
 * the code: path, size and mtime of every ``.py`` file of the ``commprof`` package and of its analyzers,
-  and the versions of Python, polars and numpy;
+  Python's and polars' versions, and a stat of numpy's ``__init__.py`` (not imported to read its version);
 * the options: the analysis settings (every analysis flag), ``--ranks``, ``--allow-partial``,
   ``--step-range``, and every ``COMMPROF_*`` environment variable but the cache folder's;
 * the inputs: path, size, mtime, ctime and inode of every file under the run (links to folders followed,
@@ -104,13 +104,10 @@ def _input_rows(path: Path, entries: list[Any], caches: list[Path]) -> list[str]
     return rows
 
 
-def _numpy_version() -> str:
-    return _dist_version("numpy")  # not `import numpy`: a report read back needs no numpy
-
-
 def _package_row(name: str) -> str:
-    """A stat of the package's ``__init__.py``, found without importing it or reading the installed
-    distributions' metadata (importlib.metadata costs ~30 ms to import): any install or upgrade rewrites it."""
+    """A stat of the package's ``__init__.py``, found without importing it and without reading the installed
+    distributions' metadata (importlib.metadata's ``version`` parses METADATA with the email package: ~15 ms
+    of imports a cold ``analyze`` paid only for this): any install or upgrade rewrites that file."""
     import importlib.util
 
     try:
@@ -121,21 +118,12 @@ def _package_row(name: str) -> str:
         return f"{name}\0unreadable"
 
 
-def _dist_version(name: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "?"
-
-
 # The key's parts that do not depend on the run, read ahead by :func:`prepare`; :func:`key` takes them once.
 _PREPARED: dict[str, Any] = {}
 
 
 def prepare() -> None:
-    """Read the code's stat rows and numpy's version now (``analyze`` calls it while the prefetch child reads the
+    """Read the code's stat rows and numpy's row now (``analyze`` calls it while the prefetch child reads the
     trace: ~4 ms less after the parse); the next :func:`key` uses them instead of reading them again."""
     code = _PREPARED.get("code")  # read by quick_key already
     _PREPARED.clear()
@@ -143,7 +131,7 @@ def prepare() -> None:
         _PREPARED["code"] = code if code is not None else _code_rows()
     except OSError:
         return  # key() reads them again, and meets the error there
-    _PREPARED["numpy"] = _numpy_version()
+    _PREPARED["numpy"] = _package_row("numpy")
 
 
 def key(run: Any, settings: Any, options: dict[str, Any]) -> str | None:
@@ -154,7 +142,7 @@ def key(run: Any, settings: Any, options: dict[str, Any]) -> str | None:
         return None
     import polars
 
-    numpy_version = prepared["numpy"] if "numpy" in prepared else _numpy_version()
+    numpy_row = prepared["numpy"] if "numpy" in prepared else _package_row("numpy")
     try:
         inputs = _input_rows(Path(run.path), list(run.ingested.entries), [Path(run.ingested.cache)])
         if inputs is None:
@@ -163,7 +151,7 @@ def key(run: Any, settings: Any, options: dict[str, Any]) -> str | None:
     except OSError:
         return None
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("COMMPROF_") and k != "COMMPROF_CACHE_DIR")
-    parts = [str(KEY_VERSION), sys.version, polars.__version__, numpy_version, str(os.path.abspath(run.path)),
+    parts = [str(KEY_VERSION), sys.version, polars.__version__, numpy_row, str(os.path.abspath(run.path)),
              repr(settings), json.dumps(options, sort_keys=True, default=str), json.dumps(env),
              json.dumps(list(run.warnings)), *code, "\1", *inputs]
     return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()

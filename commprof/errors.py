@@ -43,3 +43,9 @@ class UsageError(CommprofError):
 class TruncatedTraceError(InputError):
     """A trace cut short before its first event (a job killed while writing). In a run with other
     traces the rank is skipped with a warning instead of failing the whole run."""
+
+
+class NotATraceError(InputError):
+    """A file that is not a Kineto trace at all (another JSON, such as a PyTorch execution trace, or
+    no JSON). Beside other traces it is skipped with a warning; given alone it is an error. (Here, not in
+    the Kineto stream module, so that the store can catch it without importing the stream.)"""

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from commprof.errors import CommprofError, InputError, TruncatedTraceError
+from commprof.errors import CommprofError, InputError, NotATraceError, TruncatedTraceError
 from commprof.ingest import cache_place
 from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
@@ -205,9 +205,6 @@ BATCH_ALONE_BYTES = 1 << 20
 def _extract_one(entry: FileEntry, sidecars: list[dict[str, Any]] | None,
                  step_range: str | None, defer: bool = False) -> tuple[dict[str, Any], RankTrace | None]:
     """One trace: its meta and tables, or (a skipped entry, None)."""
-    # here, not at the top: a cached ``analyze`` never parses, and the stream module costs ~10 ms of imports
-    from commprof.ingest.kineto.stream import NotATraceError
-
     label = entry.label or str(entry.path)
     try:
         digest = cache_place.content_digest(entry.path)  # before the parse: an edit during it shows next time

@@ -7,6 +7,7 @@ into dicts on a 54 MB trace, and far less memory); see the README's "Why msgspec
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Union, get_type_hints
 
 import msgspec
@@ -170,3 +171,16 @@ def merge_headers(parts: list[Trace]) -> Trace:
                 setattr(merged, field_name, value)
                 break
     return merged
+
+
+@dataclass
+class StreamResult:
+    """What :func:`commprof.ingest.kineto.stream.stream_events` read of a trace, beside its events. Defined here,
+    not in stream.py, so that a process given it pickled (kineto.prefetch's parent) need not import the stream
+    and build its decoders (~15 ms) to read it back."""
+
+    header: Trace
+    events: int = 0
+    text_bytes: int = 0
+    warnings: list[str] = field(default_factory=list)
+    corrupt: str | None = None  # damage inside a complete text: an error unless a partial result is asked for

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from commprof.ingest.kineto.decode import StreamResult
     from commprof.ingest.kineto.scan import Scan
-    from commprof.ingest.kineto.stream import StreamResult
 
 # Below these sizes the fork and the child's own imports (~0.15 s of CPU) cost more than the pass they overlap;
 # above the upper ones (~150 MB of JSON) the pass dwarfs the imports, and the kept rows, held by the child and

@@ -14,14 +14,13 @@ import re
 import threading
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
 
-from commprof.errors import InputError, TruncatedTraceError
-from commprof.ingest.kineto.decode import TYPED_EVENT, Event, Trace, merge_headers
+from commprof.errors import InputError, NotATraceError, TruncatedTraceError
+from commprof.ingest.kineto.decode import TYPED_EVENT, Event, StreamResult, Trace, merge_headers
 from commprof.ingest.kineto.salvage import Damage, decode_each, last_boundary, scan, skip_ws
 
 READ_BLOCK = 1 << 20
@@ -47,20 +46,6 @@ _header_decoder = msgspec.json.Decoder(Trace, float_hook=str)
 # this one rejects (an unknown phase, args of an unexpected shape) is read again by _events_decoder, which
 # then decides, so what is kept and what is warned about does not depend on which of the two read it.
 _typed_decoder = msgspec.json.Decoder(list[TYPED_EVENT], float_hook=str)  # type: ignore[valid-type]
-
-
-class NotATraceError(InputError):
-    """A file that is not a Kineto trace at all (another JSON, such as a PyTorch execution trace, or
-    no JSON). Beside other traces it is skipped with a warning; given alone it is an error."""
-
-
-@dataclass
-class StreamResult:
-    header: Trace
-    events: int = 0
-    text_bytes: int = 0
-    warnings: list[str] = field(default_factory=list)
-    corrupt: str | None = None  # damage inside a complete text: an error unless a partial result is asked for
 
 
 def _blocks(path: Path, shown: str | Path) -> Iterator[bytes]:

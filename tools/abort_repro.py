@@ -7,7 +7,31 @@ Runs ``--jobs`` 4-rank Gloo torchrun jobs of tools/abort_repro_rank.py (``--para
 ``--load`` busy-loop processes beside them), each opening and closing ``--windows`` profiler windows per
 rank from the optimizer post-step hook; NAME=VALUE arguments go into the ranks' environment (see the
 rank script for its switches). Prints one line: stops, aborts (ranks that died by a signal or printed a
-malloc/abort message), jobs. Exit status 0.
+malloc/abort message during the run), exit_aborts (jobs whose ranks all finished their windows, then
+died at exit), jobs. Exit status 0. Logs of failed jobs go to --logs.
+
+Measured 2026-12-04 (torch 2.13.0 CPU, 2 cores, --parallel 2 --load 1 --windows 100, i.e. 8 ranks and
+a busy loop on 2 cores). "In flight" = REPRO_DDP=0 REPRO_INFLIGHT=0 REPRO_HOOKOPS=64 REPRO_NUMEL=16:
+64 async all_reduces issued in the hook right before the stopping step, waited after it.
+
+    in flight, FR on (TORCH_FR_BUFFER_SIZE=20000)      4 aborts / 222 stops (every job)
+    in flight, FR off (TORCH_FR_BUFFER_SIZE=0)         4 / 258
+    in flight, record_shapes off                       3 / 755
+    in flight, commprof's Annotator on                 4 / 820
+    in flight, export on                               4 / 255
+    in flight, REPRO_SETTLE=1 (the fix)                3 / 504   (does not cover work in flight)
+    same 64 ops, work.wait() before the stop           0 / 1600
+    same 64 ops, fut.wait() before the stop            0 / 1600  (with REPRO_NICE=1: 0 / 1600)
+    DDP + 1 async all_reduce across the stop           1 / 1200
+    DDP + 4 async all_reduces across the stop          0 / 1600  (DDP off: 0 / 1600)
+    DDP + 8 hook all_reduces across the stop           1 / 2036
+    DDP only (REPRO_INFLIGHT=0) with REPRO_NICE=1      0 / 1600  (+ 1 job aborted at exit:
+                                                      "terminate called without an active exception")
+    same with REPRO_SETTLE=1                           0 / 1600
+
+Every abort during a run is in the profiler stop (faulthandler: torch/autograd/profiler.py:434
+_disable_profiler <- profiler.py:399 stop_trace <- step) or, with the stop done, in a Gloo worker:
+SIGSEGV, "malloc_consolidate(): unaligned fastbin chunk detected", "Fatal Python error: Aborted".
 """
 
 from __future__ import annotations
@@ -32,7 +56,7 @@ def busy() -> None:
         pass
 
 
-def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tuple[int, int, str]:
+def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tuple[int, int, str, bool]:
     port = 29500 + (os.getpid() * 7 + index * 13) % 20000
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4",
            "--master-addr", "127.0.0.1", "--master-port", str(port), str(RANK_SCRIPT)]
@@ -47,7 +71,9 @@ def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tup
     if bad:
         (log_dir / f"job-{index}.log").write_text(f"rc={done.returncode}\n{out}")
         aborted = max(aborted, 1)
-    return stops, aborted, ",".join(died)
+    # every rank printed its count: it died at exit (destroy_process_group, interpreter teardown), not at a stop
+    at_exit = bool(aborted) and len(re.findall(r"stops=", out)) == 4
+    return stops, aborted, ",".join(died), at_exit
 
 
 def main() -> None:
@@ -71,15 +97,18 @@ def main() -> None:
     for proc in loaders:
         proc.start()
     started = time.monotonic()
-    stops = aborts = jobs = 0
+    stops = aborts = exit_aborts = jobs = 0
     kinds: list[str] = []
     try:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(args.parallel) as pool:
-            for s, a, k in pool.map(lambda i: run_job(env, args.windows, log_dir, i), range(args.jobs)):
+            for s, a, k, at_exit in pool.map(lambda i: run_job(env, args.windows, log_dir, i), range(args.jobs)):
                 stops += s
-                aborts += a
+                if at_exit:
+                    exit_aborts += a
+                else:
+                    aborts += a
                 if k:
                     kinds.append(k)
                 jobs += 1
@@ -87,8 +116,8 @@ def main() -> None:
         for proc in loaders:
             proc.terminate()
     arm = " ".join(args.assign) or "(defaults)"
-    print(f"arm: {arm} | stops={stops} aborts={aborts} jobs={jobs} load={args.load} exitcodes={kinds} "
-          f"wall={time.monotonic() - started:.0f}s logs={log_dir}", flush=True)
+    print(f"arm: {arm} | stops={stops} aborts={aborts} exit_aborts={exit_aborts} jobs={jobs} load={args.load} "
+          f"exitcodes={kinds} wall={time.monotonic() - started:.0f}s logs={log_dir}", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ on_trace_ready), ``REPRO_WINDOWS`` times per job. Switches (environment, 0/1):
                   (work.wait() before the stop; default after)
   REPRO_SETTLE    the fix: before the step that stops the profiler, wait (bounded) until the Gloo worker
                   threads are not runnable (commprof/record/rank/settle.py; default 0)
+  REPRO_NICE      renice the Gloo worker threads to 19, so that under load they are preempted often,
+                  e.g. between a collective's future completing and its profiler event ending (default 0)
   REPRO_ANNOTATE  commprof's Annotator wraps ProcessGroup calls while recording (default 0)
   REPRO_EXPORT    on_trace_ready exports a chrome trace to /tmp (default 0)
 
@@ -30,6 +32,7 @@ import faulthandler
 import os
 import sys
 import tempfile
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,6 +41,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 def flag(name: str, default: str) -> bool:
     return os.environ.get(name, default) == "1"
+
+
+class State:
+    def __init__(self) -> None:
+        self.prof: Any = None
+        self.steps = 0
+        self.stops = 0
 
 
 def main() -> None:
@@ -52,6 +62,12 @@ def main() -> None:
     settle_first = flag("REPRO_SETTLE", "0")
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if flag("REPRO_NICE", "0"):
+        from commprof.record.rank import settle
+
+        dist.barrier()  # the workers have started (and named themselves)
+        for tid in settle.gloo_workers():
+            os.setpriority(os.PRIO_PROCESS, tid, 19)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
     model: torch.nn.Module = DistributedDataParallel(net, bucket_cap_mb=0.01) if ddp else net
@@ -66,21 +82,21 @@ def main() -> None:
         annotator = Annotator(torch)
     out_dir = tempfile.mkdtemp(prefix=f"repro-r{rank}-")
     hook_tensors: list[torch.Tensor] = []
-    state = {"prof": None, "steps": 0, "stops": 0}
+    state = State()
 
     def ready(prof: profile) -> None:
         if export:
             prof.export_chrome_trace(os.path.join(out_dir, "t.json"))
 
     def open_window() -> None:
-        steps = state["steps"]
+        steps = state.steps
         sched = schedule(skip_first=steps, wait=0, warmup=1, active=3, repeat=1)
         prof = profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=ready,
                        record_shapes=shapes)
         prof.step_num = steps
         prof.current_action = sched(steps)
         prof.start()
-        state["prof"] = prof
+        state.prof = prof
 
     def sync(prof: profile) -> None:
         if annotator is not None:
@@ -90,11 +106,12 @@ def main() -> None:
             annotator.annotating = recording
 
     def hook(*_: object) -> None:
-        state["steps"] += 1
-        prof = state["prof"]
+        state.steps += 1
+        prof = state.prof
         if prof is None:
             open_window()
-            sync(state["prof"])
+            assert state.prof is not None
+            sync(state.prof)
             return
         last = prof.current_action == ProfilerAction.RECORD_AND_SAVE
         pending = [dist.all_reduce(t, async_op=True) for t in hook_tensors] if last else []
@@ -113,8 +130,8 @@ def main() -> None:
             work.wait()
         if prof.current_action == ProfilerAction.NONE:
             prof.stop()
-            state["stops"] += 1
-            state["prof"] = None
+            state.stops += 1
+            state.prof = None
             if annotator is not None:
                 annotator.uninstall()
         else:
@@ -136,7 +153,7 @@ def main() -> None:
         opt.zero_grad()
         for work in works:
             work.wait()
-    print(f"rank {rank} stops={state['stops']}", flush=True)
+    print(f"rank {rank} stops={state.stops}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
     sys.exit(0)

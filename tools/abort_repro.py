@@ -1,0 +1,128 @@
+"""Amplified reproducer for the rare SIGABRT ("malloc(): ... corrupted", "Fatal Python error: Aborted")
+at the torch profiler's stop in recorded Gloo jobs. Not run by the test suite (minutes per arm).
+
+    python tools/abort_repro.py --jobs 10 --windows 100 --load 2 REPRO_INFLIGHT=1 TORCH_FR_BUFFER_SIZE=20000
+
+Runs ``--jobs`` 4-rank Gloo torchrun jobs of tools/abort_repro_rank.py (``--parallel`` at once, with
+``--load`` busy-loop processes beside them), each opening and closing ``--windows`` profiler windows per
+rank from the optimizer post-step hook; NAME=VALUE arguments go into the ranks' environment (see the
+rank script for its switches). Prints one line: stops, aborts (ranks that died by a signal or printed a
+malloc/abort message during the run), exit_aborts (jobs whose ranks all finished their windows, then
+died at exit), jobs. Exit status 0. Logs of failed jobs go to --logs.
+
+Measured 2026-12-04 (torch 2.13.0 CPU, 2 cores, --parallel 2 --load 1 --windows 100, i.e. 8 ranks and
+a busy loop on 2 cores). "In flight" = REPRO_DDP=0 REPRO_INFLIGHT=0 REPRO_HOOKOPS=64 REPRO_NUMEL=16:
+64 async all_reduces issued in the hook right before the stopping step, waited after it.
+
+    in flight, FR on (TORCH_FR_BUFFER_SIZE=20000)      4 aborts / 222 stops (every job)
+    in flight, FR off (TORCH_FR_BUFFER_SIZE=0)         4 / 258
+    in flight, record_shapes off                       3 / 755
+    in flight, commprof's Annotator on                 4 / 820
+    in flight, export on                               4 / 255
+    in flight, REPRO_SETTLE=1 (the fix)                3 / 504   (does not cover work in flight)
+    same 64 ops, work.wait() before the stop           0 / 1600
+    same 64 ops, fut.wait() before the stop            0 / 1600  (with REPRO_NICE=1: 0 / 1600)
+    DDP + 1 async all_reduce across the stop           1 / 1200
+    DDP + 4 async all_reduces across the stop          0 / 1600  (DDP off: 0 / 1600)
+    DDP + 8 hook all_reduces across the stop           1 / 2036
+    DDP only (REPRO_INFLIGHT=0) with REPRO_NICE=1      0 / 1600  (+ 1 job aborted at exit:
+                                                      "terminate called without an active exception")
+    same with REPRO_SETTLE=1                           0 / 1600
+
+With the fix (413602d), the real pipeline as test_record_faults runs it (commprof record, torchrun 4 ranks,
+toy_train.py --steps 8), two jobs at once beside a busy loop: 130 jobs, 0 aborts (the failure was ~1 in 125
+jobs before: too few jobs to call it fixed). stall_ms.settle there: 0.26-0.54 ms.
+
+Every abort during a run is in the profiler stop (faulthandler: torch/autograd/profiler.py:434
+_disable_profiler <- profiler.py:399 stop_trace <- step) or, with the stop done, in a Gloo worker:
+SIGSEGV, "malloc_consolidate(): unaligned fastbin chunk detected", "Fatal Python error: Aborted".
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RANK_SCRIPT = HERE / "abort_repro_rank.py"
+SIGNS = ("malloc", "Aborted", "corrupted", "double free", "free():", "SIGABRT", "Signal 6", "Segmentation")
+
+
+def busy() -> None:
+    while True:
+        pass
+
+
+def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tuple[int, int, str, bool]:
+    port = 29500 + (os.getpid() * 7 + index * 13) % 20000
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4",
+           "--master-addr", "127.0.0.1", "--master-port", str(port), str(RANK_SCRIPT)]
+    job_env = {**env, "REPRO_WINDOWS": str(windows)}
+    done = subprocess.run(cmd, env=job_env, capture_output=True, text=True, timeout=1800)
+    out = done.stdout + done.stderr
+    # Kineto logs one "profiler_stop" line per stop (counts the stops of a job that died too)
+    stops = max(sum(int(m) for m in re.findall(r"stops=(\d+)", out)), out.count("profiler_stop"))
+    died = re.findall(r"exitcode\s*: (-6|-11|134|139) ", out)
+    aborted = len(died)
+    bad = done.returncode != 0 or any(s in out for s in SIGNS)
+    if bad:
+        (log_dir / f"job-{index}.log").write_text(f"rc={done.returncode}\n{out}")
+        aborted = max(aborted, 1)
+    # every rank printed its count: it died at exit (destroy_process_group, interpreter teardown), not at a stop
+    at_exit = bool(aborted) and len(re.findall(r"stops=", out)) == 4
+    return stops, aborted, ",".join(died), at_exit
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--jobs", type=int, default=4)
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--windows", type=int, default=100)
+    p.add_argument("--load", type=int, default=0, help="busy-loop processes beside the jobs")
+    p.add_argument("--logs", default=None)
+    p.add_argument("assign", nargs="*")
+    args = p.parse_args()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMMPROF_", "TORCH_FR_", "REPRO_"))}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = str(HERE.parent)
+    for item in args.assign:
+        name, _, value = item.partition("=")
+        env[name] = value
+    log_dir = Path(args.logs or tempfile.mkdtemp(prefix="abort-repro-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    loaders = [multiprocessing.Process(target=busy, daemon=True) for _ in range(args.load)]
+    for proc in loaders:
+        proc.start()
+    started = time.monotonic()
+    stops = aborts = exit_aborts = jobs = 0
+    kinds: list[str] = []
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(args.parallel) as pool:
+            for s, a, k, at_exit in pool.map(lambda i: run_job(env, args.windows, log_dir, i), range(args.jobs)):
+                stops += s
+                if at_exit:
+                    exit_aborts += a
+                else:
+                    aborts += a
+                if k:
+                    kinds.append(k)
+                jobs += 1
+    finally:
+        for proc in loaders:
+            proc.terminate()
+    arm = " ".join(args.assign) or "(defaults)"
+    print(f"arm: {arm} | stops={stops} aborts={aborts} exit_aborts={exit_aborts} jobs={jobs} load={args.load} "
+          f"exitcodes={kinds} wall={time.monotonic() - started:.0f}s logs={log_dir}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

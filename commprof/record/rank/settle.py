@@ -4,11 +4,14 @@ torch's profiler stop (``_disable_profiler``: ``RecordQueue::getRecords``) takes
 queue apart, frees included, without a lock. A Gloo collective issued while the profiler records carries
 the profiler's thread-local state to the group's worker thread (``pt_gloo_runloop``): the worker opens
 the collective's event there and closes it from the work's future callbacks, which run *after* the
-future is marked complete and its waiters are woken. DDP's reducer waits on those futures, so the
-training thread can reach the optimizer step, and our stop, while a worker (preempted on a busy machine)
-has yet to write that event's end into the queue the stop is freeing: a write into freed heap, which
-glibc reports later ("malloc(): unsorted double linked list corrupted", SIGABRT) or a SIGSEGV.
-tools/abort_repro.py measures it.
+future is marked complete and its waiters are woken. A worker still writing into the queue the stop is
+freeing writes into freed heap, which glibc reports later ("malloc(): unsorted double linked list
+corrupted", SIGABRT) or a SIGSEGV: tools/abort_repro.py shows it with collectives still running across the
+stop (every job of that arm crashed; the same collectives waited for before the stop: 0 in 1,600 stops).
+The recorded jobs' rarer crash (~1 in 125 jobs, nothing issued across the stop) is taken to be the same
+race on its likeliest path, read from torch's source and not reproduced: DDP's reducer waits on those
+futures, so the training thread can reach the optimizer step, and our stop, while a worker (preempted on
+a busy machine) has yet to write that event's end.
 
 So before a stop the training thread waits, at most ``SETTLE_MAX_S``, until this process's Gloo worker
 threads are all off the CPU's run queue (``/proc/self/task/<tid>/stat`` state other than ``R``): a worker

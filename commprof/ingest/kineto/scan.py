@@ -105,6 +105,9 @@ class Scan:
     cats: Codes = field(default_factory=Codes)
     categories: dict[str, int] = field(default_factory=dict)
     kernel_kinds: dict[str, int] = field(default_factory=dict)  # kernel name -> _COMPUTE | _COMM | _MEM
+    # kernel name -> (its kind, its code in dev_names): one dict lookup a kernel, not two (each compares the
+    # name's text: a fresh string from the decoder, often 100+ characters of template arguments)
+    kernels: dict[str, tuple[int, int]] = field(default_factory=dict)
     launch_names: dict[Any, bool] = field(default_factory=dict)  # runtime call name -> does it launch work
     cpu_roles: dict[str, int] = field(default_factory=dict)  # CPU op name -> _PLAIN, _COMM_OP, ...
     unclassified: set[str] = field(default_factory=set)  # kernel names that read like comm, taken as compute
@@ -117,7 +120,7 @@ class Scan:
         # Runs once per event of every trace: names bound to locals, the decoders called inline (what
         # decode_args / decode_correlation do, without a Python call per event), each field read once.
         categories, category = self.categories, _category
-        kernel_kinds, cpu_roles, launch_names, lanes = self.kernel_kinds, self.cpu_roles, self.launch_names, self.lanes
+        kernels, cpu_roles, launch_names, lanes = self.kernels, self.cpu_roles, self.launch_names, self.lanes
         # one tuple a row, in each table's column order (Scan's field defaults: times, then ints)
         dev_row, cpu_row, launch_row = self.dev.pending.append, self.cpu.pending.append, self.launch.pending.append
         dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
@@ -171,17 +174,19 @@ class Scan:
                 if lane is None:
                     lane = self._lane(key)
                 if kind == memory:
-                    row_kind = _MEM
+                    row_kind, code = _MEM, dev_names[name]
                 else:
-                    known = kernel_kinds.get(name)
-                    row_kind = known if known is not None else self._kernel_kind(name)
+                    known = kernels.get(name)
+                    if known is None:
+                        known = kernels[name] = (self._kernel_kind(name), dev_names[name])
+                    row_kind, code = known
                 if row_kind == comm:
                     self.dev_comm_args[len(self.dev)] = _strip_raw(args)
                 dev_corr = args.correlation
                 if type(dev_corr) is not int or not low <= dev_corr < high:
                     read = as_int(dev_corr)  # missing, floats: rare writers
                     dev_corr = -1 if read is None else read
-                dev_row((ts, dur, dev_names[name], lane, row_kind, dev_corr))
+                dev_row((ts, dur, code, lane, row_kind, dev_corr))
         if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
             (flush_light if self.light else flush_rows)((self.dev, self.cpu, self.launch))
 
@@ -191,7 +196,7 @@ class Scan:
         Such a piece has no event whose args are not of Args's shape (the decode would have failed), so
         where :meth:`add` reads args as missing on a failed decode, this one never has to."""
         categories, category = self.categories, _category
-        kernel_kinds, cpu_roles, launch_names, lanes = self.kernel_kinds, self.cpu_roles, self.launch_names, self.lanes
+        kernels, cpu_roles, launch_names, lanes = self.kernels, self.cpu_roles, self.launch_names, self.lanes
         dev_row, cpu_row, launch_row = self.dev.pending.append, self.cpu.pending.append, self.launch.pending.append
         dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
         cpu, runtime, skip, memory, comm, plain = _CPU, _RUNTIME, _SKIP, _MEMORY, _COMM, _PLAIN
@@ -237,17 +242,19 @@ class Scan:
                 if lane is None:
                     lane = self._lane(key)
                 if kind == memory:
-                    row_kind = _MEM
+                    row_kind, code = _MEM, dev_names[name]
                 else:
-                    known = kernel_kinds.get(name)
-                    row_kind = known if known is not None else self._kernel_kind(name)
+                    known = kernels.get(name)
+                    if known is None:
+                        known = kernels[name] = (self._kernel_kind(name), dev_names[name])
+                    row_kind, code = known
                 if row_kind == comm:
                     self.dev_comm_args[len(self.dev)] = _strip_raw(args)
                 dev_corr = args.correlation
                 if type(dev_corr) is not int or not low <= dev_corr < high:
                     read = as_int(dev_corr)  # missing, floats: rare writers
                     dev_corr = -1 if read is None else read
-                dev_row((ts, dur, dev_names[name], lane, row_kind, dev_corr))
+                dev_row((ts, dur, code, lane, row_kind, dev_corr))
         if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
             (flush_light if self.light else flush_rows)((self.dev, self.cpu, self.launch))
 

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,28 +25,36 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 
 
-def test_thread_state_tells_a_runnable_thread_from_a_sleeping_one() -> None:
-    assert settle.thread_state(threading.get_native_id()) == "R"  # this one, running now
+@contextmanager
+def parked_thread(first: Callable[[], object] = lambda: None) -> Iterator[int]:
+    """A thread that runs ``first``, then waits until the block ends; yields its native id."""
     release, started = threading.Event(), threading.Event()
     tid: list[int] = []
 
-    def sleeper() -> None:
+    def park() -> None:
+        first()
         tid.append(threading.get_native_id())
         started.set()
         release.wait()
 
-    thread = threading.Thread(target=sleeper)
+    thread = threading.Thread(target=park)
     thread.start()
     try:
         started.wait()
-        deadline = time.monotonic() + 5
-        while settle.thread_state(tid[0]) != "S" and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert settle.thread_state(tid[0]) == "S"
+        yield tid[0]
     finally:
         release.set()
         thread.join()
-    assert settle.thread_state(tid[0]) is None  # gone
+
+
+def test_thread_state_tells_a_runnable_thread_from_a_sleeping_one() -> None:
+    assert settle.thread_state(threading.get_native_id()) == "R"  # this one, running now
+    with parked_thread() as tid:
+        deadline = time.monotonic() + 5
+        while settle.thread_state(tid) != "S" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert settle.thread_state(tid) == "S"
+    assert settle.thread_state(tid) is None  # gone
 
 
 def test_settle_waits_while_a_worker_is_runnable_and_no_longer_than_its_bound() -> None:
@@ -64,24 +74,9 @@ def test_settle_waits_while_a_worker_is_runnable_and_no_longer_than_its_bound() 
 
 def test_gloo_workers_are_found_by_name() -> None:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    named, release = threading.Event(), threading.Event()
-    tid: list[int] = []
-
-    def worker() -> None:
-        libc.prctl(15, GLOO_WORKER_THREAD_NAME.encode(), 0, 0, 0)  # PR_SET_NAME
-        tid.append(threading.get_native_id())
-        named.set()
-        release.wait()
-
-    thread = threading.Thread(target=worker)
-    thread.start()
-    try:
-        named.wait()
-        assert tid[0] in settle.gloo_workers()
+    with parked_thread(lambda: libc.prctl(15, GLOO_WORKER_THREAD_NAME.encode(), 0, 0, 0)) as tid:  # PR_SET_NAME
+        assert tid in settle.gloo_workers()
         assert threading.get_native_id() not in settle.gloo_workers()
-    finally:
-        release.set()
-        thread.join()
 
 
 # One rank of a one-rank Gloo job, the session driven as the shim drives it; settle() is watched: it must

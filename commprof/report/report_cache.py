@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -150,11 +151,29 @@ def key(run: Any, settings: Any, options: dict[str, Any]) -> str | None:
         code = prepared["code"] if "code" in prepared else _code_rows()
     except OSError:
         return None
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("COMMPROF_") and k != "COMMPROF_CACHE_DIR")
+    env = _env_rows()
     parts = [str(KEY_VERSION), sys.version, polars.__version__, numpy_row, str(os.path.abspath(run.path)),
              repr(settings), json.dumps(options, sort_keys=True, default=str), json.dumps(env),
              json.dumps(list(run.warnings)), *code, "\1", *inputs]
+    return _digest(parts)
+
+
+def _env_rows() -> list[tuple[str, str]]:
+    """The ``COMMPROF_*`` environment, but the cache folder's (where the cache is is not what the report says)."""
+    return sorted((k, v) for k, v in os.environ.items() if k.startswith("COMMPROF_") and k != "COMMPROF_CACHE_DIR")
+
+
+def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _keep_newest(folder: Path, pattern: str, keep: int) -> None:
+    """Remove all but the ``keep`` newest files of ``folder`` that match ``pattern``."""
+    from commprof.safe_write import remove_quietly
+
+    kept = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in kept[keep:]:
+        remove_quietly(old)
 
 
 def _file(run: Any, digest: str) -> Path:
@@ -192,7 +211,7 @@ def store(run: Any, digest: str | None, report: dict[str, Any]) -> None:
     """Keep ``report`` under ``digest`` (best effort: a cache that cannot be written is no error)."""
     if digest is None:
         return
-    from commprof.safe_write import atomic_write_text, remove_quietly
+    from commprof.safe_write import atomic_write_text
 
     text = json.dumps(report)
     if json.loads(text) != _as_json(report):  # read back, it would not be the report built: keep none
@@ -201,11 +220,9 @@ def store(run: Any, digest: str | None, report: dict[str, Any]) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(target, text, "the analyze report cache")
-        kept = sorted(target.parent.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        _keep_newest(target.parent, "*.json", KEEP)
     except Exception:  # noqa: BLE001 - a read-only or full cache folder must not fail the command
         return
-    for old in kept[KEEP:]:
-        remove_quietly(old)
 
 
 # --- the report found before the run is opened -------------------------------------------------------------------
@@ -214,12 +231,12 @@ QUICK = "quick-"  # a file ``reports/quick-<quick key>`` holds the key of the re
 _DIGEST_CHARS = frozenset("0123456789abcdef")
 
 
+@dataclass(frozen=True)
 class QuickKey:
     """The key :func:`quick_key` makes, and the table-cache folders where its report may be kept."""
 
-    def __init__(self, digest: str, places: list[Path]) -> None:
-        self.digest = digest
-        self.places = places
+    digest: str
+    places: list[Path]
 
 
 def quick_key(path_arg: str, options: dict[str, Any]) -> QuickKey | None:
@@ -241,11 +258,11 @@ def quick_key(path_arg: str, options: dict[str, Any]) -> QuickKey | None:
     except Exception:  # noqa: BLE001 - no shortcut; the run is opened and reports the problem
         return None
     _PREPARED["code"] = code  # the full key's too (prepare and key take it from there)
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("COMMPROF_") and k != "COMMPROF_CACHE_DIR")
+    env = _env_rows()
     parts = [str(KEY_VERSION), "quick", sys.version, *map(_package_row, ("polars", "numpy")),
              os.path.abspath(path_arg), json.dumps(options, sort_keys=True, default=str), json.dumps(env),
              *code, "\1", *inputs]
-    digest = hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+    digest = _digest(parts)
     return QuickKey(digest, places)
 
 
@@ -273,15 +290,13 @@ def remember(run: Any, quick: QuickKey | None, digest: str | None) -> None:
     before opening the run. Best effort, as :func:`store`."""
     if quick is None or digest is None or not _file(run, digest).is_file():
         return
-    from commprof.safe_write import atomic_write_text, remove_quietly
+    from commprof.safe_write import atomic_write_text
 
     target = _file(run, digest).parent / f"{QUICK}{quick.digest}"
     try:
         if target.is_file() and target.read_text(encoding="ascii").strip() == digest:
             return
         atomic_write_text(target, digest, "the analyze report cache")
-        kept = sorted(target.parent.glob(f"{QUICK}*"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        _keep_newest(target.parent, f"{QUICK}*", 4 * KEEP)
     except Exception:  # noqa: BLE001 - a read-only or full cache folder must not fail the command
         return
-    for old in kept[4 * KEEP :]:
-        remove_quietly(old)

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from . import flight, settle, signals
+from . import flight, signals
 from .annotate import Annotator
 from .config import RankConfig
 from .files import utc_now_iso
@@ -64,7 +64,6 @@ class RankSession:
         self._user_profiler_seen = False
         self._warned = False
         self._hook_handle: Any = None
-        self._settle_ms = 0.0
         self._profiler_guard = ProfilerEntryGuard(lambda: self._internal, self._user_profiler_starts)
         self.trace = TraceWriter(self.sidecar, self._warn)
         self.fr_enabled = self.window.flight_recorder and flight.buffer_size() > 0
@@ -128,8 +127,6 @@ class RankSession:
         if self.state not in (WARMUP, ACTIVE):
             return
         stall_started = time.perf_counter()
-        if self._recording_ends_at_this_step():
-            self._let_gloo_workers_settle()
         with self._as_internal():
             self.prof.step()
         if self.trace.export_ms is not None or self._recording_over():
@@ -158,7 +155,6 @@ class RankSession:
             self._open_window()
         elif self.state == ACTIVE and now - self._window_opened >= (self.window.duration_s or 0.0):
             stall_started = time.perf_counter()
-            self._let_gloo_workers_settle()
             with self._as_internal():
                 self.prof.stop()
             self._close_window(stall_started)
@@ -236,22 +232,6 @@ class RankSession:
         actions = importlib.import_module("torch.profiler").ProfilerAction
         return self.state == ACTIVE and bool(self.prof.current_action == actions.NONE)
 
-    def _recording_ends_at_this_step(self) -> bool:
-        actions = importlib.import_module("torch.profiler").ProfilerAction
-        return self.state == ACTIVE and bool(self.prof.current_action == actions.RECORD_AND_SAVE)
-
-    def _let_gloo_workers_settle(self) -> None:
-        """Just before the profiler stops while recording: see settle.py (a stop while a Gloo worker
-        still writes an event of the window corrupts the heap). Bounded; never fails the caller."""
-        if not self.distributed:
-            return
-        started = time.perf_counter()
-        try:
-            settle.settle(settle.gloo_workers())  # every group's, those created before us too
-        except Exception:
-            pass
-        self._settle_ms = (time.perf_counter() - started) * 1e3
-
     def _on_trace_ready(self, prof: Any) -> None:
         if not self._discard:
             self.trace.export(prof)
@@ -275,7 +255,6 @@ class RankSession:
             "stop_and_export": round((after_trace - stall_started) * 1e3, 3),
             "export": round(self.trace.export_ms or 0.0, 3),
             "flight_recorder": round((after_fr - after_trace) * 1e3, 3),
-            "settle": round(self._settle_ms, 3),
         }
         self.sidecar.write()
 
@@ -298,8 +277,6 @@ class RankSession:
     def _stop_discarding(self) -> None:
         self._discard = True
         if self.prof is not None:
-            if self.state == ACTIVE:
-                self._let_gloo_workers_settle()
             with self._as_internal(), warnings.catch_warnings(), contextlib.suppress(Exception):
                 warnings.simplefilter("ignore")
                 self.prof.stop()
@@ -327,7 +304,6 @@ class RankSession:
                 status = "ended_during_warmup"
             elif self.state == ACTIVE:
                 stall_started = time.perf_counter()
-                self._let_gloo_workers_settle()
                 with self._as_internal(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     self.prof.stop()
@@ -363,7 +339,6 @@ class RankSession:
         try:
             if state == ACTIVE and on_owner_thread:
                 stall_started = time.perf_counter()
-                self._let_gloo_workers_settle()
                 with self._as_internal(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     self.prof.stop()

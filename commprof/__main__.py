@@ -1,3 +1,3 @@
-from commprof.cli import main
+from commprof.cli import run
 
-main()
+run()

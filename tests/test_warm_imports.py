@@ -16,12 +16,14 @@ NOT_NEEDED = ("commprof.ingest.nccl_logs.parser", "commprof.ingest.nccl_logs.pat
               "commprof.ingest.kineto.stream", "commprof.ingest.kineto.reader", "msgspec")
 NOT_NEEDED_UNCHANGED = (*NOT_NEEDED, "polars", "numpy", "commprof.run", "commprof.ingest.store",
                         "commprof.analyzers.classify", "commprof.analyzers.pipeline")
+# the command as the program runs it, less its quick exit (commprof.cli.run), which would end the probe too
 PROBE = """
-import io, json, runpy, sys
+import io, json, sys
 sys.argv = ["commprof", "analyze", sys.argv[1], "--format", "json"]
 real, sys.stdout = sys.stdout, io.StringIO()
 try:
-    runpy.run_module("commprof", run_name="__main__")
+    from commprof.cli import main
+    main()
 except SystemExit as done:
     assert not done.code, done.code
 sys.stdout = real

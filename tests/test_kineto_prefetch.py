@@ -360,3 +360,41 @@ def test_a_light_pass_of_whole_us_times_imports_no_numpy(tmp_path: Path) -> None
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_the_kept_args_are_handed_over_exactly() -> None:
+    """Scan's pickled state writes the kept args as JSON (Scan.__getstate__): every value comes back as it was
+    read, of the same type (1, 1.0 and "1" apart; ints past int64; Raw text as written), in the same order, and
+    an unset Raw is the decoder's NULL again."""
+    import pickle
+
+    import msgspec
+
+    from commprof.ingest.kineto.decode import NULL, Args
+    from commprof.ingest.kineto.scan import KEPT_ARGS, Scan
+
+    texts = [b'{"Collective name": "allreduce", "In msg nelems": 1048576, "Out msg nelems": 1.0, "Group size": "8",'
+             b' "dtype": "BFloat16", "Process Group Name": 3, "Process Group Description": "\\u00e9 tp",'
+             b' "Process Group Ranks": [0, 1.5, 2], "Seq": 123456789012345678901234567890, "Is asynchronized op": true,'
+             b' "Input Dims": [[ 4 , 5 ], []], "Input type": ["c10::BFloat16", ""], "External id": 9}',
+             b'{"stream": "7", "device": 0.0, "correlation": -3, "Src Rank": 0, "Dst Rank": -1, "Seq": "12",'
+             b' "Is asynchronized op": 0, "Process Group Ranks": "[0, 1]", "name": 5, "labels": "GPU 0"}',
+             b'{}', b'{"Input Dims": null, "pg": "not read"}']
+    args = [msgspec.json.decode(text, type=Args) for text in texts]
+    scan = Scan()
+    scan.dev_comm_args = {5: args[0], 0: args[1]}
+    scan.cpu_comm_args = {3: args[2], 1: args[3], 2: args[0]}
+    scan.comm_args_by_external_id = {2**62: args[1], -1: args[2]}
+    back = pickle.loads(pickle.dumps(scan))
+
+    def typed(value: Args) -> list[tuple[str, object]]:
+        values = msgspec.structs.astuple(value)
+        return [(type(v).__name__, bytes(v) if isinstance(v, msgspec.Raw) else v) for v in values]
+
+    for name in KEPT_ARGS:
+        ours, theirs = getattr(back, name), getattr(scan, name)
+        assert list(ours) == list(theirs)
+        assert [typed(a) for a in ours.values()] == [typed(a) for a in theirs.values()], name
+    assert back.cpu_comm_args[3].input_dims is NULL and back.cpu_comm_args[3].input_type is NULL
+    assert type(back.dev_comm_args[5].seq) is int and type(back.dev_comm_args[5].out_nelems) is float
+    assert back.dev_names == scan.dev_names and back.light == scan.light  # the rest of the state as pickled

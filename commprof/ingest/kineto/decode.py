@@ -16,8 +16,9 @@ Number = int | float
 NULL = msgspec.Raw(b"null")
 
 
-class Args(msgspec.Struct, gc=False):
-    """The event args we read. Everything is optional and loosely typed: writers differ."""
+class Args(msgspec.Struct, gc=False, omit_defaults=True):
+    """The event args we read. Everything is optional and loosely typed: writers differ. Encoded (the kept args
+    handed over by kineto.prefetch's child, scan.Scan's pickled state), only the fields that are set."""
 
     stream: Number | str | None = None
     device: Number | str | None = None

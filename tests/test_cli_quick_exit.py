@@ -90,6 +90,16 @@ def test_a_thread_left_running_is_joined_first(tmp_path: Path) -> None:
     assert marks == ["thread ends", "exit handler", "quick exit 0"]
 
 
+def test_a_profiled_run_takes_the_usual_way(tmp_path: Path) -> None:
+    # python -m cProfile -m commprof ...: the profile is written at the usual end, which the quick exit would skip
+    out = tmp_path / "analyze.prof"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COMMPROF_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "commprof", "analyze", str(SAMPLE)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_size > 0
+
+
 @pytest.mark.parametrize(("code", "status"), [(None, 0), (0, 0), (3, 3), (256, 0), (-1, 255), (True, 1),
                                               ("a message", 1)])
 def test_status_is_the_interpreters(code: object, status: int) -> None:

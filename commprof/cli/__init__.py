@@ -133,7 +133,8 @@ def run() -> None:
     threads joined (``threading._shutdown``, which the interpreter itself calls first: the table cache's
     writer pool is shut down there), the exit handlers run (multiprocessing's, weakref finalizers, temporary
     folders), stdout and stderr flushed; then ``os._exit`` with the status the interpreter would have used.
-    Tests that invoke ``main`` in-process (click's CliRunner) never come here."""
+    Not under a profiler or a tracer (``python -m cProfile -m commprof``: they write what they saw at the usual
+    end). Tests that invoke ``main`` in-process (click's CliRunner) never come here."""
     try:
         main()  # click's standalone mode: always ends in SystemExit
     except SystemExit as done:
@@ -143,7 +144,8 @@ def run() -> None:
     import threading
 
     join_threads = getattr(threading, "_shutdown", None)  # CPython's; elsewhere the usual way out
-    if getattr(main, "running", None) not in QUICK_EXIT or join_threads is None:
+    watched = sys.getprofile() is not None or sys.gettrace() is not None  # cProfile, trace, coverage: they report
+    if getattr(main, "running", None) not in QUICK_EXIT or join_threads is None or watched:  # at the usual end
         sys.exit(code)
     status = _status(code)
     join_threads()

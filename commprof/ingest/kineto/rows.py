@@ -143,7 +143,7 @@ def flush(tables: Sequence[Rows]) -> None:
             table._ok[name].append(ok[at : at + n])
             at += n
         for values, (name, dtype) in zip(cols[len(table.times):], table.ints.items(), strict=True):
-            table._chunks[name].append(np.array(values, dtype=dtype))
+            table._chunks[name].append(np.fromiter(values, dtype, len(values)))
         table.pending.clear()  # cleared, not replaced: the pass holds its append method
         table.flushed += n
 

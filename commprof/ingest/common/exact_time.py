@@ -69,8 +69,6 @@ def _general(values: Sequence[Any]) -> tuple[I64, Mask]:
 SMALL = 2500
 
 
-
-
 def _plain_decimals(values: Sequence[Any]) -> tuple[I64, Mask] | None:
     """The usual text, ``digits.d`` to ``digits.ddd`` (Kineto's 3 decimals, Python's ``...0.0``), in one polars
     query: such a text read as a decimal of scale 3 (exact: it has no more places) is the ns, its unscaled

@@ -109,9 +109,8 @@ class Scan:
     tids: Codes = field(default_factory=Codes)  # CPU threads of ops and of runtime calls alike
     cats: Codes = field(default_factory=Codes)
     categories: dict[str, int] = field(default_factory=dict)
-    kernel_kinds: dict[str, int] = field(default_factory=dict)  # kernel name -> _COMPUTE | _COMM | _MEM
-    # kernel name -> (its kind, its code in dev_names): one dict lookup a kernel, not two (each compares the
-    # name's text: a fresh string from the decoder, often 100+ characters of template arguments)
+    # kernel name -> (its kind: _COMPUTE | _COMM | _MEM, its code in dev_names): one dict lookup a kernel, not
+    # two (each compares the name's text: a fresh string from the decoder, often 100+ characters of templates)
     kernels: dict[str, tuple[int, int]] = field(default_factory=dict)
     launch_names: dict[Any, bool] = field(default_factory=dict)  # runtime call name -> does it launch work
     cpu_roles: dict[str, int] = field(default_factory=dict)  # CPU op name -> _PLAIN, _COMM_OP, ...
@@ -330,7 +329,6 @@ class Scan:
             kind = _COMPUTE
             if names.looks_like_comm(name):
                 self.unclassified.add(name)
-        self.kernel_kinds[name] = kind
         return kind
 
     def _lane(self, key: tuple[Any, Any]) -> int:

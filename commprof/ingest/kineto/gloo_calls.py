@@ -17,8 +17,8 @@ call)``, which the overlap analysis subtracts from that lane's compute. (The col
 ``is_async`` True: it ran on a worker thread. Whether its caller blocked can differ between ranks, e.g.
 DDP's last bucket, so it is not what calls are matched by.)
 
-Linking: Gloo's queue is FIFO per group, so each worker op (in start order) takes the earliest
-enqueue not yet taken that started before it with the same op and, where both sides state them, the
+Linking: Gloo's queue is FIFO per group, so each worker op (in start order) takes the earliest enqueue
+that no earlier worker op took, that started before it, with the same op and, where both sides state them, the
 same first-input element count (order within size: two worker threads may start equal calls in either
 order, which then does not matter) and group; an enqueue of its own group (an annotation) is preferred
 to one whose group is unknown (a C++ caller's ``c10d::`` op: DDP's reducer issues those while the

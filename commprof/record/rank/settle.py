@@ -13,7 +13,7 @@ race on its likeliest path, read from torch's source and not reproduced: DDP's r
 futures, so the training thread can reach the optimizer step, and our stop, while a worker (preempted on
 a busy machine) has yet to write that event's end.
 
-NOT CALLED BY THE SESSION (for now): waiting here before the stop that ends a steps-mode window puts the
+NOT CALLED BY THE SESSION: waiting here before the stop that ends a steps-mode window puts the
 wait inside the last recorded ProfilerStep, and a fresh-clone run of tests/test_numbers_torchrun.py saw that
 step 6-28 ms longer than the job's own clock on 2 of 4 ranks (the bound is 3 ms: issue 21 moved the profiler's
 stop out of the measured step for exactly this reason). The fix it was meant to be covers only the path inferred

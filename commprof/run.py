@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -13,7 +13,7 @@ import polars as pl
 
 from commprof.errors import InputError, printable
 from commprof.ingest import store
-from commprof.ingest.discover import Source, discover, manifest_warnings
+from commprof.ingest.discover import Source, discover_paths, manifest_warnings
 from commprof.ingest.runner import ProgressFn, Runner
 from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
 
@@ -203,10 +203,10 @@ class Run:
                 else pl.DataFrame(schema={**COLLECTIVES, "call": pl.Int64})
         ranks = self.ranks
         world = self.world_size
-        sidecars = load_sidecars(self.path, ranks, world, self.ingested.cache)
+        sidecars = load_sidecars(self.source.input_folders, ranks, world, self.ingested.cache)
         manifest = self.manifest or {}
         facts = RunFacts(
-            path=str(self.path), kind=self.source.kind, world_size=world or manifest.get("world_size"),
+            path=self.source.label, kind=self.source.kind, world_size=world or manifest.get("world_size"),
             synthetic=bool(manifest.get("synthetic", False)),
             hosts=tuple(sorted({h for h in ranks["host"].to_list() if h})),
             modes=tuple(sorted(set(ranks["mode"].drop_nulls().to_list()))),
@@ -244,8 +244,8 @@ def _corrupt_traces(ingested: store.Ingested, allow_partial: bool) -> list[str]:
     return [f"{entry.label or entry.path}: {meta['corrupt']} (--allow-partial)" for entry, meta in corrupt]
 
 
-def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None,
-                  allow_partial: bool = False) -> tuple[list[RankFile], list[str]]:
+def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None, allow_partial: bool = False,
+                  manifest: dict[str, Any] | None = None) -> tuple[list[RankFile], list[str]]:
     if wanted is not None and not ingested.entries:
         raise InputError(f"none of the ranks asked for ({_ranges(sorted(wanted))}) has a trace in this run")
     warnings: list[str] = _corrupt_traces(ingested, allow_partial)
@@ -308,8 +308,20 @@ def _assign_ranks(ingested: store.Ingested, wanted: frozenset[int] | None = None
     if wanted is not None:
         return _subset(out, wanted, world, warnings)
     if world is not None and len(out) < world:
-        warnings.append(f"traces for {len(out)} of {world} ranks; the others are not analyzed")
+        warnings.append(_missing_ranks(out, world, manifest))
     return out, warnings
+
+
+def _missing_ranks(found: list[RankFile], world: int, manifest: dict[str, Any] | None) -> str:
+    from commprof.ingest.job_parts import missing_ranks_text
+
+    have = {rf.rank for rf in found}
+    per_node = {r.get("local_world_size") for r in (manifest or {}).get("ranks") or []} - {None}
+    if not per_node:  # the ranks' hosts: as many ranks a host as the fullest one holds
+        hosts = Counter(rf.meta.get("host") for rf in found if rf.meta.get("host"))
+        per_node = {max(hosts.values())} if len(hosts) > 1 else set()
+    return missing_ranks_text(sorted(set(range(world)) - have), world, manifest,
+                              per_node.pop() if len(per_node) == 1 else None)
 
 
 def _subset(out: list[RankFile], wanted: frozenset[int], world: int | None,
@@ -341,11 +353,12 @@ def _ranges(ranks: list[int]) -> str:
 
 
 def open_run(
-    path: str | Path, *, cache_dir: str | Path | None = None, jobs: int | None = None,
+    path: str | Path | Sequence[str | Path], *, cache_dir: str | Path | None = None, jobs: int | None = None,
     progress: ProgressFn | None = None, runner: Runner | None = None, ranks: Iterable[int] | None = None,
     allow_partial: bool = False, step_range: str | None = None,
 ) -> Run:
-    """Open a commprof run directory, a folder of Kineto traces or one trace file.
+    """Open a commprof run directory, a folder of Kineto traces or one trace file; or one job recorded into
+    several (a parent folder of node folders, or a list of paths: each node's folder).
 
     Traces are parsed once (on ``runner``: by default a local process pool sized to the machine, or
     ``jobs`` processes) and cached as Parquet; later opens read the cache. ``ranks``: open only these
@@ -353,11 +366,11 @@ def open_run(
     an error unless ``allow_partial``. ``step_range``: the NVTX range that marks a step in Nsight Systems
     exports (default: ProfilerStep#N and common training-loop names).
     """
-    source = discover(path)
+    source = discover_paths([path] if isinstance(path, (str, Path)) else path)
     wanted = None if ranks is None else frozenset(ranks)
     ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress, runner, wanted,
                             step_range)
-    rank_files, warnings = _assign_ranks(ingested, wanted, allow_partial)
+    rank_files, warnings = _assign_ranks(ingested, wanted, allow_partial, source.manifest)
     warnings += _step_range_warnings(ingested, rank_files, step_range)
     # one line each, whatever the file names in them hold (the one place Run warnings are made printable)
     warnings = [printable(w) for w in (*source.problems, *ingested.problems, *manifest_warnings(source.manifest),

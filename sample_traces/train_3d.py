@@ -73,6 +73,20 @@ def expected_calls(rank: int, tp: int, pp: int, dp: int) -> Counter[tuple[str, s
     return calls
 
 
+def rank_from_launcher() -> None:
+    """srun and mpirun start one process per rank without torchrun: take the rank from what they set (as
+    scripts launched that way do); MASTER_ADDR and MASTER_PORT come from the caller."""
+    for rank, size, local, local_size in (
+            ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+             "OMPI_COMM_WORLD_LOCAL_SIZE")):
+        if "RANK" not in os.environ and rank in os.environ and size in os.environ:
+            os.environ.update(RANK=os.environ[rank], WORLD_SIZE=os.environ[size],
+                              LOCAL_RANK=os.environ.get(local, "0"))
+            if os.environ.get(local_size, "").isdigit():
+                os.environ["LOCAL_WORLD_SIZE"] = os.environ[local_size]
+
+
 def main() -> None:
     import torch
     import torch.distributed as dist
@@ -88,7 +102,9 @@ def main() -> None:
     args = parser.parse_args()
     tp, pp, dp = args.tp, args.pp, args.dp
 
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    rank_from_launcher()
+    if os.environ.get("LOCAL_WORLD_SIZE") == os.environ.get("WORLD_SIZE"):  # one node: its loopback
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     assert dist.get_world_size() == tp * pp * dp, "world size must be tp * pp * dp"

@@ -106,7 +106,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times the run was opened (its tables read)."""
     import commprof.cli.analyze as cli_analyze
 
-    return counting(monkeypatch, cli_analyze, "open_run_with_progress")
+    return counting(monkeypatch, cli_analyze, "open_request")
 
 
 def test_an_unchanged_run_is_answered_before_it_is_opened(run_dir: Path, analyses: list[int], opened: list[int],

@@ -67,20 +67,22 @@ def read_report(path: Path) -> Loaded:
     return Loaded(str(path), doc)
 
 
-def load(path: str, open_run: Callable[[str], Run], *, need_run: bool = False,
+def load(path: str | tuple[str, ...], open_run: Callable[[Any], Run], *, need_run: bool = False,
          settings: AnalysisSettings | None = None, runner: Any = None, progress: Any = None) -> Loaded:
     """A report file as is; anything else is opened with ``open_run`` (the CLI's, with its progress
-    bar) and analyzed (the per-rank work on ``runner`` when given, as ``open_run`` did)."""
-    file = Path(path)
-    if not file.exists():
-        raise InputError("no such file or folder", path)
-    if is_report_file(file):
-        if need_run:
-            raise InputError("this needs the run's traces, not a JSON report", path)
-        return read_report(file)
+    bar) and analyzed (the per-rank work on ``runner`` when given, as ``open_run`` did). Several paths are
+    one job's node folders: one run."""
+    if isinstance(path, str):
+        file = Path(path)
+        if not file.exists():
+            raise InputError("no such file or folder", path)
+        if is_report_file(file):
+            if need_run:
+                raise InputError("this needs the run's traces, not a JSON report", path)
+            return read_report(file)
     from commprof.analyzers.pipeline import analyze
     from commprof.report import analysis_json
 
     run = open_run(path)
     analysis = analyze(run.tables(), settings, runner=runner, progress=progress)
-    return Loaded(path, analysis_json.build(analysis), run, analysis)
+    return Loaded(run.source.label, analysis_json.build(analysis), run, analysis)

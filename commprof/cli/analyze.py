@@ -10,10 +10,8 @@ from typing import Any
 
 import click
 
-import commprof
 from commprof.cli.common import (
     allow_partial_option,
-    open_run_with_progress,
     output_options,
     parse_ranks,
     runner_options,
@@ -21,6 +19,7 @@ from commprof.cli.common import (
     work_session,
     write_output,
 )
+from commprof.cli.opening import RunRequest, analyzed_report, open_request, paths_argument, quick_key, start_prefetch
 
 # What the analysis and the report import lazily, after the parse: imported while the prefetch's child
 # reads the trace (an idle wait otherwise; ~45 ms of commprof's modules, ~60 ms of the libraries' parts).
@@ -73,7 +72,7 @@ WHILE_WAITING: tuple[str | Callable[[], object], ...] = (*LATE_IMPORTS, _first_u
 
 
 @click.command()
-@click.argument("path", type=click.Path(path_type=str))
+@paths_argument
 @click.option("--hta-compat", is_flag=True,
               help="Apply Holistic Trace Analysis 0.5.0's rules so that overlap % can be compared with HTA's: "
                    "drop the last step (a GPU kernel is kept when its launching CPU call started before the "
@@ -104,22 +103,22 @@ WHILE_WAITING: tuple[str | Callable[[], object], ...] = (*LATE_IMPORTS, _first_u
 @allow_partial_option
 @step_range_option
 @output_options
-def analyze(path: str, hta_compat: bool, top: int, workers: int | None, scheduler: str | None, ranks: str | None,
-            layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
+def analyze(paths: tuple[str, ...], hta_compat: bool, top: int, workers: int | None, scheduler: str | None,
+            ranks: str | None, layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
             what_if: tuple[str, ...], allow_partial: bool, step_range: str | None, fmt: str,
             output: Path | None) -> None:
     """Analyze a run directory, a folder of traces (Kineto JSON, nsys SQLite exports) or one trace file.
 
-    A folder of Flight Recorder dumps or NCCL Inspector logs alone gives the hang report and the bandwidth
-    per communicator."""
+    A job recorded into one folder per node (local disks): give the node folders, or their parent folder;
+    they are one run. A folder of Flight Recorder dumps or NCCL Inspector logs alone gives the hang report
+    and the bandwidth per communicator."""
+    request = RunRequest(paths, parse_ranks(ranks), allow_partial, step_range)
     if scheduler is None:  # one big trace not cached yet: read in a second process while this one imports
-        from commprof.ingest.kineto import prefetch
-
-        prefetch.start(path, while_waiting=WHILE_WAITING)
+        start_prefetch(request, WHILE_WAITING)
     from commprof.report import report_cache
 
     # unchanged since a run answered with a kept report: that report, before any heavy import (report_cache.py)
-    quick = report_cache.quick_key(path, {
+    quick = quick_key(request, {
         "hta_compat": hta_compat, "top": top, "layout": layout, "network": network, "gpus_per_node": gpus_per_node,
         "peaks": peaks, "what_if": list(what_if), "ranks": ranks, "allow_partial": allow_partial,
         "step_range": step_range})
@@ -132,7 +131,7 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
     from commprof.analyzers.classify import parse_layout
     from commprof.analyzers.efficiency import parse_peaks
     from commprof.analyzers.settings import AnalysisSettings
-    from commprof.report import analysis_json, analysis_text
+    from commprof.report import analysis_text
 
     if what_if:  # bad values end here, as one line, before the run is read
         from commprof.analyzers.whatif import parse_change
@@ -144,22 +143,15 @@ def analyze(path: str, hta_compat: bool, top: int, workers: int | None, schedule
         hta_compat=hta_compat, top=top, layout=parse_layout(layout) if layout else None, network=network,
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks), what_if=tuple(what_if),
     )
-    subset = parse_ranks(ranks)
-    untraced = report_without_traces(path)
+    untraced = report_without_traces(paths[0]) if len(paths) == 1 else None
     if untraced is not None:
         _write(untraced, fmt, output, render=_render_untraced)
         return
     with work_session(workers, scheduler) as (runner, progress):
-        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
-                                     allow_partial=allow_partial, step_range=step_range)
+        run = open_request(request, runner=runner, progress=progress)
         # unchanged inputs, options and code: the report of the last such run (commprof/report/report_cache.py)
-        key = report_cache.key(run, settings, {"ranks": subset, "allow_partial": allow_partial,
-                                               "step_range": step_range})
-        report = report_cache.load(run, key)
-        if report is None:
-            report = analysis_json.build(commprof.analyze(run, settings, runner=runner, progress=progress))
-            report_cache.store(run, key, report)
-        report_cache.remember(run, quick, key)
+        report = analyzed_report(run, settings, {"ranks": request.ranks, "allow_partial": allow_partial,
+                                                 "step_range": step_range}, quick, runner, progress)
     _write(report, fmt, output, render=analysis_text.render_text, markdown=analysis_text.render_markdown)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from commprof.cli.common import allow_partial_option, runner_options, step_range_option, write_output
+from commprof.cli.opening import RunRequest, open_request, paths_argument
 
 FORMATS = ("text", "json", "markdown", "junit")
 
@@ -66,7 +67,7 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.argument("path", type=click.Path(path_type=str))
+@paths_argument
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
               help="TOML rules (default: ./commprof.toml, else [tool.commprof] in ./pyproject.toml).")
 @click.option("--max-exposed-comm-pct", type=LIMIT, help="Exposed comm share of step time, per rank.")
@@ -94,13 +95,14 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
 @runner_options
 @allow_partial_option
 @step_range_option
-def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | None,
+def check(paths: tuple[str, ...], config_path: Path | None, max_exposed_comm_pct: float | None,
           max_exposed_ms_per_step: float | None, max_straggler_wait_ms: float | None,
           fail_on_findings: str | None, rules: tuple[str, ...], baseline: str | None, max_regression: str | None,
           noise_floor_ms: float | None, fmt: str, output: Path | None, junit_path: Path | None,
           markdown_path: Path | None, json_path: Path | None, workers: int | None, scheduler: str | None,
           ranks: str | None, allow_partial: bool, step_range: str | None) -> None:
-    """Check a run (or an analyze/check JSON report) against thresholds and a baseline."""
+    """Check a run (or an analyze/check JSON report) against thresholds and a baseline. A job recorded into
+    one folder per node: give the node folders (or their parent); they are one run."""
     from commprof.check import evaluate, inputs, load_config
     from commprof.check.config import parse_override
 
@@ -116,22 +118,23 @@ def check(path: str, config_path: Path | None, max_exposed_comm_pct: float | Non
         config.baseline = baseline
     from commprof.analyzers.pipeline import AnalysisSettings
     from commprof.cli.analyze import report_without_traces
-    from commprof.cli.common import open_run_with_progress, parse_ranks, work_session
+    from commprof.cli.common import parse_ranks, work_session
 
-    untraced = report_without_traces(path)
+    untraced = report_without_traces(paths[0]) if len(paths) == 1 else None
     if untraced is not None:  # no trace: NCCL Inspector logs give the bandwidth rules
         _report(_untraced_result(config, untraced), config, untraced, None, fmt, output, junit_path,
                 markdown_path, json_path)
     subset = parse_ranks(ranks)
     settings = AnalysisSettings(peaks=config.peak_overrides())
     with work_session(workers, scheduler) as (runner, progress):
-        def opener(p: str) -> Any:
-            return open_run_with_progress(p, runner=runner, progress=progress, ranks=subset,
-                                          allow_partial=allow_partial, step_range=step_range)
+        def opener(p: str | tuple[str, ...]) -> Any:
+            given = (p,) if isinstance(p, str) else p
+            return open_request(RunRequest(given, subset, allow_partial, step_range), runner, progress)
 
         base = (inputs.load(config.baseline, opener, settings=settings, runner=runner, progress=progress)
                 if config.baseline else None)
-        loaded = inputs.load(path, opener, settings=settings, runner=runner, progress=progress)
+        loaded = inputs.load(paths[0] if len(paths) == 1 else paths, opener, settings=settings, runner=runner,
+                             progress=progress)
     result = evaluate(config, loaded.report, base.report if base else None)
     _report(result, config, loaded.report, base.path if base else None, fmt, output, junit_path, markdown_path,
             json_path)

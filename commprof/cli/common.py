@@ -121,20 +121,6 @@ def step_range_option(f: Callable[..., Any]) -> Callable[..., Any]:
                              "ProfilerStep#N and common loop names (step, iteration, train_step ...).")(f)
 
 
-def open_run_with_progress(path: str, jobs: int | None = None, *, runner: Any = None, progress: Any = None,
-                           ranks: list[int] | None = None, allow_partial: bool = False,
-                           step_range: str | None = None) -> Any:
-    """Open a run, with a progress bar on stderr while traces are parsed (only on a terminal)."""
-    from commprof.run import open_run
-
-    if runner is not None:
-        return open_run(path, runner=runner, progress=progress, ranks=ranks, allow_partial=allow_partial,
-                        step_range=step_range)
-    with work_session(jobs) as (own, bar):
-        return open_run(path, runner=own, progress=bar, ranks=ranks, allow_partial=allow_partial,
-                        step_range=step_range)
-
-
 def write_output(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=not text.endswith("\n"))

@@ -6,6 +6,7 @@ so that the advice a page gives ("start the dashboard with --network ib") can be
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,15 @@ ANALYSIS_OPTIONS = ("layout", "network", "gpus_per_node", "peaks", "hta_compat",
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "127.0.1.1")
 
 
-def run_keys(paths: list[str]) -> list[str]:
-    """A short unique name per path: the folder (or file) name, with -2, -3 … on clashes."""
+def run_keys(paths: list[str] | list[tuple[str, ...]]) -> list[str]:
+    """A short unique name per run: the folder (or file) name, with -2, -3 … on clashes; a job given as its
+    nodes' folders is named after their parent folder."""
     keys: list[str] = []
-    for path in paths:
-        p = Path(path).expanduser().resolve()
+    for given in paths:
+        group = (given,) if isinstance(given, str) else given
+        p = Path(group[0]).expanduser().resolve()
+        if len(group) > 1:
+            p = Path(os.path.commonpath([str(Path(g).expanduser().resolve()) for g in group]))
         base = p.name.removesuffix(".gz").removesuffix(".json") if p.is_file() else p.name
         key, n = base or "run", 2
         while key in keys:
@@ -32,14 +37,17 @@ def run_keys(paths: list[str]) -> list[str]:
 
 def load_runs(paths: list[str], jobs: int | None = None,
               step_range: str | None = None) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """Open every run up front: (runs, failures key -> message, keys in the order given). A run that cannot
-    be opened is reported on its page while the others are served; when none can, it stops (exit 2)."""
+    """Open every run up front: (runs, failures key -> message, keys in the order given). The folders of one
+    job's nodes are one run (opening.group_by_job). A run that cannot be opened is reported on its page while
+    the others are served; when none can, it stops (exit 2)."""
+    from commprof.cli.opening import group_by_job
     from commprof.errors import InputError
 
     runs: dict[str, Any] = {}
     failures: dict[str, str] = {}
-    keys = run_keys(paths)
-    for key, path in zip(keys, paths, strict=True):
+    groups = group_by_job(paths)
+    keys = run_keys(groups)
+    for key, path in zip(keys, groups, strict=True):
         opened = _open_or_message(path, jobs, step_range)
         if isinstance(opened, str):
             failures[key] = opened
@@ -51,26 +59,27 @@ def load_runs(paths: list[str], jobs: int | None = None,
     return runs, failures, keys
 
 
-def _open_or_message(path: str, jobs: int | None, step_range: str | None = None) -> Any:
+def _open_or_message(paths: tuple[str, ...], jobs: int | None, step_range: str | None = None) -> Any:
     """The opened run, or the one-line message saying why it could not be opened."""
     from commprof.errors import CommprofError, InputError
 
     try:
-        if not Path(path).expanduser().exists():
-            raise InputError("no such file or folder", path)
-        return _open(path, jobs, step_range)
+        for path in paths:
+            if not Path(path).expanduser().exists():
+                raise InputError("no such file or folder", path)
+        return _open(paths, jobs, step_range)
     except CommprofError as err:
         return str(err)
 
 
-def _open(path: str, jobs: int | None, step_range: str | None) -> Any:
-    from commprof.cli.common import open_run_with_progress
+def _open(paths: tuple[str, ...], jobs: int | None, step_range: str | None) -> Any:
+    from commprof.cli.opening import RunRequest, open_request
     from commprof.errors import InputError
 
     try:
-        return open_run_with_progress(path, jobs, step_range=step_range)
+        return open_request(RunRequest(paths, step_range=step_range), jobs=jobs)
     except (OSError, ValueError, RecursionError) as err:
-        raise InputError(f"cannot load the run: {type(err).__name__}: {err}", path) from None
+        raise InputError(f"cannot load the run: {type(err).__name__}: {err}", " + ".join(paths)) from None
 
 
 def host_warning(host: str, port: int) -> str | None:

@@ -18,29 +18,36 @@ from commprof.cli.common import (
 
 
 @click.command()
-@click.argument("a", type=click.Path(path_type=str))
-@click.argument("b", type=click.Path(path_type=str))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=str))
 @runner_options
 @allow_partial_option
 @step_range_option
 @output_options
-def diff(a: str, b: str, workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool,
+def diff(runs: tuple[str, ...], workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool,
          step_range: str | None, fmt: str, output: Path | None) -> None:
-    """Compare run B against run A: step time, exposed and overlapped comm per dimension and tier,
-    bytes per step, busbw, findings new or gone."""
+    """Compare run B against run A (RUNS: A B): step time, exposed and overlapped comm per dimension and tier,
+    bytes per step, busbw, findings new or gone. A run recorded into one folder per node is given as its
+    parent folder or as its node folders (they name one job: one run)."""
     from commprof.check import inputs
-    from commprof.cli.common import open_run_with_progress, parse_ranks, work_session
+    from commprof.cli.common import parse_ranks, work_session
+    from commprof.cli.opening import RunRequest, group_by_job, open_request
+    from commprof.errors import UsageError
     from commprof.report import diff as diff_report
 
+    groups = group_by_job(runs)
+    if len(groups) != 2:
+        listed = "; ".join(" + ".join(g) for g in groups)
+        raise UsageError(f"diff compares two runs; these paths are {len(groups)} run(s): {listed}")
     subset = parse_ranks(ranks)
     with work_session(workers, scheduler) as (runner, progress):
-        def opener(p: str) -> Any:
-            return open_run_with_progress(p, runner=runner, progress=progress, ranks=subset,
-                                          allow_partial=allow_partial, step_range=step_range)
+        def opener(p: str | tuple[str, ...]) -> Any:
+            given = (p,) if isinstance(p, str) else p
+            return open_request(RunRequest(given, subset, allow_partial, step_range), runner, progress)
 
+        a, b = (g[0] if len(g) == 1 else g for g in groups)
         left = inputs.load(a, opener, runner=runner, progress=progress)
         right = inputs.load(b, opener, runner=runner, progress=progress)
-    doc = diff_report.build(left.report, right.report, a, b)
+    doc = diff_report.build(left.report, right.report, left.path, right.path)
     if fmt == "json":
         write_output(json.dumps(doc, indent=2), output)
     elif fmt == "markdown":

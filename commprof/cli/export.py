@@ -8,10 +8,11 @@ import click
 
 import commprof
 from commprof.cli.common import allow_partial_option, runner_options, step_range_option
+from commprof.cli.opening import RunRequest, open_request, paths_argument
 
 
 @click.command()
-@click.argument("path", type=click.Path(path_type=str))
+@paths_argument
 @click.option("--perfetto", "perfetto_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Write a Chrome/Perfetto JSON trace here (open in ui.perfetto.dev or chrome://tracing); "
                    "- for standard output.")
@@ -20,18 +21,17 @@ from commprof.cli.common import allow_partial_option, runner_options, step_range
 @runner_options
 @allow_partial_option
 @step_range_option
-def export(path: str, perfetto_path: Path, split_dir: Path | None, workers: int | None, scheduler: str | None,
-           ranks: str | None, allow_partial: bool, step_range: str | None) -> None:
+def export(paths: tuple[str, ...], perfetto_path: Path, split_dir: Path | None, workers: int | None,
+           scheduler: str | None, ranks: str | None, allow_partial: bool, step_range: str | None) -> None:
     """Export a run as one trace: a process per rank, collectives annotated with dimension, tier, bytes,
     busbw and exposed time, an exposed-comm track and counter per rank."""
-    from commprof.cli.common import open_run_with_progress, parse_ranks, work_session
+    from commprof.cli.common import parse_ranks, work_session
     from commprof.errors import UsageError
     from commprof.export import perfetto
     from commprof.ingest.exports import split_by_rank
 
     with work_session(workers, scheduler) as (runner, progress):
-        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=parse_ranks(ranks),
-                                     allow_partial=allow_partial, step_range=step_range)
+        run = open_request(RunRequest(paths, parse_ranks(ranks), allow_partial, step_range), runner, progress)
         trace = perfetto.build(commprof.analyze(run, runner=runner, progress=progress))
     try:
         if str(perfetto_path) == "-":

@@ -6,20 +6,20 @@ import click
 
 from commprof.cli.common import (
     allow_partial_option,
-    open_run_with_progress,
     parse_ranks,
     runner_options,
     step_range_option,
     work_session,
 )
+from commprof.cli.opening import RunRequest, open_request, paths_argument
 
 
 @click.command()
-@click.argument("path", type=click.Path(path_type=str))
+@paths_argument
 @runner_options
 @allow_partial_option
 @step_range_option
-def ingest(path: str, workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool,
+def ingest(paths: tuple[str, ...], workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool,
            step_range: str | None) -> None:
     """Parse a run's traces into its tables/ cache and say what was found.
 
@@ -29,15 +29,15 @@ def ingest(path: str, workers: int | None, scheduler: str | None, ranks: str | N
     and NCCL logs beside them are read when a command needs them."""
     subset = parse_ranks(ranks)
     with work_session(workers, scheduler) as (runner, progress):
-        run = open_run_with_progress(path, runner=runner, progress=progress, ranks=subset,
-                                     allow_partial=allow_partial, step_range=step_range)
+        run = open_request(RunRequest(paths, subset, allow_partial, step_range), runner, progress)
         where = runner.describe()
     ing = run.ingested
     sources: dict[str, int] = {}
     for rf in run.rank_files:
         sources[rf.meta.get("source") or "kineto"] = sources.get(rf.meta.get("source") or "kineto", 0) + 1
     click.echo(
-        f"{run.path}: {len(run.rank_files)} trace(s), {ing.parsed} parsed, {len(ing.entries) - ing.parsed} from cache"
+        f"{run.source.label}: {len(run.rank_files)} trace(s), {ing.parsed} parsed, "
+        f"{len(ing.entries) - ing.parsed} from cache"
         f" (read as {', '.join(f'{k} {n}' for k, n in sorted(sources.items()))})"
         + (f", {len(ing.failures)} unreadable" if ing.failures else "")
         + (f", {ing.left_out} left out (--ranks)" if ing.left_out else "")

@@ -27,15 +27,23 @@ import click
               help="TORCH_FR_BUFFER_SIZE for Flight Recorder, unless already set; 0 leaves it off.")
 @click.option("--no-topology", is_flag=True, help="Skip the host topology capture (nvidia-smi, /sys).")
 @click.option("--no-analyze", is_flag=True, help="Do not analyze the run when the command ends.")
+@click.option("--job-id", default=None, metavar="ID",
+              help="Name the job, so that the launchers of one job (one per node or per rank) given the same -o "
+                   "fill one run directory. Without it: the SLURM job and step, the MPI job, the torchrun "
+                   "rendezvous (--rdzv-endpoint, --rdzv-id) or --master-addr/--master-port.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(output: Path | None, force: bool, wait: int | None, warmup: int | None, active: int | None,
            start_after: float | None, duration: float | None, nccl_coll: bool, fr_entries: int,
-           no_topology: bool, no_analyze: bool, command: tuple[str, ...]) -> None:
+           no_topology: bool, no_analyze: bool, job_id: str | None, command: tuple[str, ...]) -> None:
     """Run COMMAND (torchrun, python -m torch.distributed.run, deepspeed, accelerate launch, or a
     Python script) unchanged and record its communication into a run directory.
 
     \b
       commprof record -o runs/exp1 -- torchrun --nproc-per-node 8 train.py --lr 3e-4
+
+    A job on several nodes: one commprof record per node (around its torchrun) or per rank (srun, mpirun),
+    all given the same -o on a shared file system, fill one run directory; on local disks, record each
+    node into a folder of its own and analyze the folders together.
 
     The exit code is COMMAND's (128+N if a signal N killed it; 127/126 if it cannot be started).
     """
@@ -59,7 +67,7 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
         flight_recorder=fr_entries > 0,
     )
     settings = RecordSettings(output=output, force=force, window=window, nccl_coll=nccl_coll,
-                              fr_buffer_size=fr_entries, topology=not no_topology)
+                              fr_buffer_size=fr_entries, topology=not no_topology, job_id=job_id)
     try:
         result = run_record(settings, list(command))
     except CommandNotFound as err:
@@ -75,8 +83,27 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
     click.echo(f"commprof: run directory {result.run_dir} ({len(result.traces)} trace"
                f"{'' if len(result.traces) == 1 else 's'}); exit code {result.exit_code}", err=True)
     if not no_analyze and result.traces:
-        _analyze(result.run_dir)
+        if result.job is None or result.job.whole:
+            _analyze(result.run_dir)
+        else:
+            click.echo(_part_of_a_job(result.run_dir, result.job), err=True)
     sys.exit(result.exit_code)
+
+
+def _part_of_a_job(run_dir: Path, job: object) -> str:
+    """What this launcher recorded of a job it shares, and how to analyze the whole of it."""
+    from commprof.record.launcher import JobState, _ranges
+
+    assert isinstance(job, JobState)
+    mine = _ranges(sorted(job.own)) if job.own else "none"
+    world = f" of {job.world_size}" if job.world_size else ""
+    if job.running:
+        return (f"commprof: this launcher recorded rank(s) {mine}{world}; {job.running} other launcher(s) of the job "
+                f"are still recording into {run_dir}: analyze the whole job when they are done "
+                f"(commprof analyze {run_dir})")
+    return (f"commprof: this folder holds traces of rank(s) {_ranges(sorted(job.traced)) or 'none'}{world}: the "
+            "other nodes recorded elsewhere; analyze the nodes' folders together "
+            f"(commprof analyze {run_dir} OTHER_NODE_FOLDER ...)")
 
 
 # what `torchrun` and friends are called; without torch they do not exist

@@ -13,7 +13,7 @@ import click
 
 
 @click.command("topology")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--format",
     "fmt",
@@ -23,10 +23,10 @@ import click
     help="text for people, json (with schema_version) for scripts",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="write here, not stdout")
-def topology(path: Path, fmt: str, output: Path | None) -> None:
+def topology(paths: tuple[Path, ...], fmt: str, output: Path | None) -> None:
     """Show what NCCL saw in the logs under PATH (a run directory, a folder searched recursively,
-    or one NCCL log file). A run without NCCL logs (Gloo, or NCCL_DEBUG unset) shows its hosts, devices,
-    process groups and topology captures instead, and says what is missing."""
+    or one NCCL log file; several: the node folders of one job). A run without NCCL logs (Gloo, or NCCL_DEBUG
+    unset) shows its hosts, devices, process groups and topology captures instead, and says what is missing."""
     from rich.console import Console
 
     from commprof.ingest.nccl_logs import build_tables, load_nccl
@@ -35,10 +35,10 @@ def topology(path: Path, fmt: str, output: Path | None) -> None:
 
     draw: Callable[[dict[str, Any], Console], None] = render
     try:
-        run = load_nccl(path)
+        run = load_nccl(list(paths))
         summary = summarize(run, build_tables(run.logs, run.topologies, run.graphs))
     except NoNcclLogs as err:
-        summary = _without_logs(path, err)
+        summary = _without_logs(paths, err)
         from commprof.nccl.without_logs import render_without_logs
 
         draw = render_without_logs
@@ -60,14 +60,14 @@ def topology(path: Path, fmt: str, output: Path | None) -> None:
     atomic_write(output, write, "output")
 
 
-def _without_logs(path: Path, err: Exception) -> dict[str, Any]:
+def _without_logs(paths: tuple[Path, ...], err: Exception) -> dict[str, Any]:
     """What the run has, when it has traces; without them the missing logs are the error."""
     from commprof.errors import InputError
     from commprof.nccl.without_logs import summarize_without_logs
     from commprof.run import open_run
 
     try:
-        run = open_run(path)
+        run = open_run(paths[0] if len(paths) == 1 else list(paths))
     except InputError:
         raise err from None
-    return summarize_without_logs(run, "none found under " + str(path))
+    return summarize_without_logs(run, "none found under " + " + ".join(map(str, paths)))

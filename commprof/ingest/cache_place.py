@@ -46,8 +46,14 @@ class CachePlace:
 
 
 def _user_cache(source: Source, base: Path) -> Path:
-    digest = hashlib.sha1(str(source.path.resolve()).encode()).hexdigest()[:16]
+    digest = hashlib.sha1(source.identity.encode()).hexdigest()[:16]
     return base / digest
+
+
+def _beside(source: Source) -> bool:
+    """A cache beside the raw files: in the run's folder, or in the parent folder of a job's node folders;
+    not for one file, nor for folders given apart (their common parent may be anything, / included)."""
+    return source.kind != "file" and (source.kind != "job" or len(source.given) == 1)
 
 
 def default_places(source: Source) -> list[Path]:
@@ -55,7 +61,7 @@ def default_places(source: Source) -> list[Path]:
     env = os.environ.get(CACHE_ENV)
     if env:
         return [_user_cache(source, Path(env))]
-    beside = [source.root / "tables"] if source.kind != "file" else []
+    beside = [source.root / "tables"] if _beside(source) else []
     return [*beside, _user_cache(source, Path.home() / ".cache" / "commprof")]
 
 
@@ -78,7 +84,7 @@ def choose(source: Source, explicit: Path | None, up_to_date: Callable[[Path], b
         return CachePlace(first, True)
     problems.append((first, why))
     shipped = source.root / "tables"
-    if source.kind != "file" and shipped.is_dir() and up_to_date(shipped):
+    if _beside(source) and shipped.is_dir() and up_to_date(shipped):
         return CachePlace(shipped, False)
     for place in places[1:]:
         why = writable_folder(place)

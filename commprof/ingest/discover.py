@@ -12,21 +12,50 @@ from pathlib import Path
 from typing import Any
 
 from commprof.errors import InputError
+from commprof.ingest.job_parts import job_key, join_documents, same_job
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")  # Kineto traces; nsys exports (nsys export --type sqlite)
 # Folders that hold other raw data (NCCL logs, Flight Recorder, topology, rank sidecars) or our cache.
-SIDECAR_DIRS = frozenset({"nccl", "flight_recorder", "topology", "ranks", "tables", "__pycache__"})
+SIDECAR_DIRS = frozenset({"nccl", "flight_recorder", "topology", "ranks", "launchers", "tables", "__pycache__"})
 NOT_TRACES = frozenset({"manifest.json"})
 
 
 @dataclass(frozen=True)
 class Source:
-    path: Path  # what the user gave
-    kind: str  # "run" | "folder" | "file"
+    path: Path  # what the user gave (the first path, when several)
+    kind: str  # "run" | "folder" | "file" | "job" (several run directories or folders of one job)
     root: Path  # folder that trace paths are relative to
     traces: tuple[Path, ...]
-    manifest: dict[str, Any] | None
+    manifest: dict[str, Any] | None  # a job's: the union of its launchers' parts (ingest.job_parts)
     problems: tuple[str, ...] = ()  # files passed over (not regular files, unreadable) and manifest fields ignored
+    folders: tuple[Path, ...] = ()  # a job's run directories and trace folders (each node's), in the order given
+    given: tuple[Path, ...] = ()  # every path the user gave
+
+    @property
+    def run_dirs(self) -> tuple[Path, ...]:
+        """The run directories (manifest.json + raw/) whose sidecars, logs and dumps belong to this run."""
+        if self.kind == "job":
+            return tuple(f for f in self.folders if (f / "manifest.json").is_file())
+        return (self.root,) if self.kind == "run" else ()
+
+    @property
+    def input_folders(self) -> tuple[Path, ...]:
+        """Where NCCL logs, topology captures and Flight Recorder dumps are looked for."""
+        if self.kind == "job":
+            return self.folders
+        return (self.path,) if self.kind != "file" else ()
+
+    @property
+    def identity(self) -> str:
+        """The run as one text (the per-user cache's folder is named after it)."""
+        if self.kind == "job" and len(self.given) != 1:
+            return "\n".join(str(f.resolve()) for f in self.folders)
+        return str(self.path.resolve())
+
+    @property
+    def label(self) -> str:
+        """The run as people name it: the path given, or the paths joined."""
+        return " + ".join(str(g) for g in self.given) if len(self.given) > 1 else str(self.path)
 
 
 def is_trace_name(name: str) -> bool:
@@ -87,7 +116,7 @@ def regular_file_problem(path: Path) -> str | None:
     return None
 
 
-_INT_FIELDS = ("rank", "local_rank", "pid", "world_size")
+_INT_FIELDS = ("rank", "local_rank", "pid", "world_size", "local_world_size", "node_rank")
 _TEXT_FIELDS = ("host", "gpu_name", "backend", "window_status")
 # notes that say a rank's data is missing or partial (not the environment notes)
 _RANK_NOTE = re.compile(r"\brank|half-written|killed|died|unreadable", re.IGNORECASE)
@@ -113,15 +142,25 @@ def _clean_rank(info: Any) -> dict[str, Any] | None:
     return clean
 
 
-def _read_manifest(path: Path, problems: list[str]) -> dict[str, Any]:
-    """The manifest, with every field that commprof reads checked for type and range: a bad one is
-    dropped with a line in ``problems``, never read as garbage."""
+def _load_manifest(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as err:
         raise InputError(f"unreadable manifest: {err}", path) from None
     if not isinstance(data, dict):
         raise InputError("manifest is not a JSON object", path)
+    return data
+
+
+def _read_manifest(path: Path, problems: list[str]) -> dict[str, Any]:
+    """The manifest (the union of the launchers' parts beside it, when the job had several), with every field
+    that commprof reads checked for type and range: a bad one is dropped with a line in ``problems``."""
+    data, joined = join_documents([path.parent], [_load_manifest(path)], problems)
+    problems.extend(joined)
+    return _checked_manifest(data, path, problems)
+
+
+def _checked_manifest(data: dict[str, Any], path: Path, problems: list[str]) -> dict[str, Any]:
     ranks = data.get("ranks")
     if ranks is not None:
         kept = [c for c in (_clean_rank(r) for r in ranks) if c is not None] if isinstance(ranks, list) else []
@@ -189,8 +228,73 @@ def discover(path: str | Path) -> Source:
             raise InputError("run directory has no traces under raw/" + _why_no_traces(p, manifest)
                              + (f"; {problems[-1]}" if problems else ""), p)
         return Source(p, "run", p, tuple(traces), manifest, tuple(problems))
+    node_runs = _node_runs(p)
+    if node_runs:
+        return _join([discover(run) for run in node_runs], given=(p,), root=p)
     traces = _walk(p, problems)
     if not traces:
         raise InputError("no traces (Kineto *.json, *.json.gz; nsys *.sqlite) in this folder"
                          + (f"; {problems[-1]}" if problems else ""), p)
     return Source(p, "folder", p, tuple(traces), None, tuple(problems))
+
+
+def _job_text(manifest: dict[str, Any] | None) -> str:
+    job = (manifest or {}).get("job") or {}
+    return f"job {job.get('source') or job.get('key')} started {(manifest or {}).get('start') or '?'}"
+
+
+def recorded_job(path: Path) -> dict[str, Any] | None:
+    """The manifest of a run directory recorded as part of a named job (``job_parts.same_job`` tells whether
+    two are the same job's nodes); None for anything else."""
+    try:
+        manifest = _read_manifest(path / "manifest.json", []) if (path / "manifest.json").is_file() else None
+    except InputError:
+        return None
+    return manifest if job_key(manifest) else None
+
+
+def _node_runs(folder: Path) -> list[Path]:
+    """Run directories right under ``folder`` (one per node, copied off the nodes' local disks)."""
+    try:
+        children = sorted(c for c in folder.iterdir() if not c.name.startswith(".") and c.name not in SIDECAR_DIRS)
+    except OSError:
+        return []
+    return [c for c in children if c.is_dir() and (c / "manifest.json").is_file()]
+
+
+def discover_paths(paths: Iterable[str | Path]) -> Source:
+    """One run from the paths given: a run directory, a folder of traces or a trace file each, or a parent
+    folder of node folders; several paths are the parts of one job (the folders its nodes recorded)."""
+    given = [Path(p).expanduser() for p in paths]
+    if not given:
+        raise InputError("no path given")
+    if len(given) == 1:
+        return discover(given[0])
+    return _join([discover(p) for p in given], given=tuple(given))
+
+
+def _join(sources: list[Source], given: tuple[Path, ...], root: Path | None = None) -> Source:
+    """Several nodes' folders as one job: their traces together, their manifests as one (every launcher part),
+    each folder's sidecars, logs and dumps read where they lie. Folders of different recorded jobs are refused."""
+    sources = [d for s in sources for d in ([discover(f) for f in s.folders] if s.kind == "job" else [s])]
+    recorded = [s for s in sources if job_key(s.manifest)]
+    strangers = [s for s in recorded[1:] if not same_job(recorded[0].manifest, s.manifest)]
+    if strangers:
+        listed = "; ".join(f"{s.path}: {_job_text(s.manifest)}" for s in (recorded[0], *strangers))
+        raise InputError(f"these folders hold different jobs ({listed}): analyze one job at a time, or compare "
+                         "them with `commprof diff`")
+    folders = tuple(dict.fromkeys(s.root for s in sources if s.kind != "file"))
+    traces = [t if root is not None else t.absolute() for s in sources for t in s.traces]
+    dupes = {t for t in traces if traces.count(t) > 1}
+    if dupes:
+        raise InputError(f"the same trace is given twice ({sorted(dupes)[0]}): give each node's folder once")
+    problems = [q for s in sources for q in s.problems]
+    runs = [s for s in sources if s.kind == "run"]
+    manifest = None
+    if runs:
+        manifest, joined = join_documents([s.root for s in runs], [s.manifest or {} for s in runs], problems)
+        problems.extend(joined)
+        manifest = _checked_manifest(manifest, runs[0].root / "manifest.json", problems)
+    top = root or Path(os.path.commonpath([str(s.root.absolute()) for s in sources]))
+    return Source(given[0], "job", top, tuple(traces), manifest, tuple(dict.fromkeys(problems)),
+                  folders=tuple(f if root is not None else f.absolute() for f in folders), given=given)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from commprof.errors import CommprofError
-from commprof.ingest.flight_recorder import FLIGHT_RECORDER, FR_GROUPS, find_dumps, read_dumps
+from commprof.ingest.flight_recorder import FLIGHT_RECORDER, FR_GROUPS, dump_rank, find_dumps, read_dumps
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.topology import CommInfo, HostTopology, comm_rank_sets, read_topologies
 
@@ -88,11 +89,14 @@ def _key(files: list[Path], ranks: pl.DataFrame) -> str:
     return h.hexdigest()
 
 
-def load_sidecars(root: Path, ranks: pl.DataFrame, world_size: int | None, cache: Path) -> SidecarTables:
-    """The sidecar tables of a run directory or folder, from the cache when nothing changed."""
-    if not root.is_dir():
+def load_sidecars(roots: Sequence[Path], ranks: pl.DataFrame, world_size: int | None,
+                  cache: Path) -> SidecarTables:
+    """The sidecar tables of a run directory or folder (or of each node's, for a job recorded into several),
+    from the cache when nothing changed."""
+    roots = [r for r in roots if r.is_dir()]
+    if not roots:
         return empty_sidecars()
-    files = _inputs(root)
+    files = sorted({f for root in roots for f in _inputs(root)})
     if not files:
         return empty_sidecars()
     key = _key(files, ranks)
@@ -101,19 +105,20 @@ def load_sidecars(root: Path, ranks: pl.DataFrame, world_size: int | None, cache
     if cached is not None:
         return cached
     warnings: list[str] = []
-    comms, setup = _nccl_comms(root, ranks, world_size, warnings)
-    fr_entries, fr_groups = read_dumps(find_dumps(root), warnings)
-    tables = SidecarTables(comms, *_topology(root), fr_entries, tuple(warnings), setup, fr_groups)
+    comms, setup = _nccl_comms(roots, ranks, world_size, warnings)
+    fr_entries, fr_groups = read_dumps(sorted({d for root in roots for d in find_dumps(root)},
+                                                   key=lambda d: (dump_rank(d) or 0, str(d))), warnings)
+    tables = SidecarTables(comms, *_topology(roots), fr_entries, tuple(warnings), setup, fr_groups)
     _write_cache(folder, key, tables)
     return tables
 
 
-def _nccl_comms(root: Path, ranks: pl.DataFrame, world_size: int | None,
+def _nccl_comms(roots: Sequence[Path], ranks: pl.DataFrame, world_size: int | None,
                 warnings: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     from commprof.ingest.nccl_logs import build_tables, load_nccl
 
     try:
-        nccl = load_nccl(root)
+        nccl = load_nccl(roots)
     except CommprofError:
         return pl.DataFrame(schema=NCCL_COMMS), pl.DataFrame(schema=NCCL_SETUP)
     tables = build_tables(nccl.logs, nccl.topologies, nccl.graphs)
@@ -164,8 +169,8 @@ def _nccl_setup(processes: list[Any], links: pl.DataFrame, nics: pl.DataFrame, c
         list(NCCL_SETUP))
 
 
-def _topology(root: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
-    topos = read_topologies(root)
+def _topology(roots: Sequence[Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    topos = {host: topo for root in roots for host, topo in read_topologies(root).items()}
     cells = [{"host": h, "gpu_a": a, "gpu_b": b, "path": p}
              for h, t in topos.items() for (a, b), p in t.gpu_paths.items()]
     ports = [{"host": h, "link_layer": layer, "gbps": gbps} for h, t in topos.items() for layer, gbps in t.ib]

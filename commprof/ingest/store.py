@@ -395,28 +395,32 @@ def _text_bytes(entry: FileEntry) -> int:
 
 
 def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], str]:
-    """The rank sidecars of a ``commprof record`` run (raw/ranks/rank-N.json) and a signature of
-    their contents (part of the cache key: they change how Gloo ops are attributed). Fields
-    of the wrong shape are dropped, each with a line in ``problems``."""
-    folder = source.root / "raw" / "ranks"
-    if source.kind != "run" or not folder.is_dir():
-        return [], ""
+    """The rank sidecars of a ``commprof record`` run (raw/ranks/rank-N.json of each node's run directory)
+    and a signature of their contents (part of the cache key: they change how Gloo ops are attributed).
+    Fields of the wrong shape are dropped, each with a line in ``problems``."""
     sidecars, signature = [], []
     problems = problems if problems is not None else []
-    for path in sorted(folder.glob("rank-*.json")):
-        try:
-            if regular_file_problem(path):
-                problems.append(f"{path}: {regular_file_problem(path)}; skipped")
-                continue
-            text = path.read_text()
-            data = json.loads(text)
-        except (OSError, ValueError, RecursionError):
-            continue  # a rank killed while writing leaves no complete sidecar: its ops stay unattributed
-        clean, dropped = clean_sidecar(data, str(path))
-        problems.extend(dropped)
-        if clean is not None:
-            sidecars.append(clean)
-            signature.append(f"{path.name}:{hashlib.sha1(text.encode()).hexdigest()}")
+    for run_dir in source.run_dirs:
+        folder = run_dir / "raw" / "ranks"
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("rank-*.json")):
+            try:
+                if regular_file_problem(path):
+                    problems.append(f"{path}: {regular_file_problem(path)}; skipped")
+                    continue
+                text = path.read_text()
+                data = json.loads(text)
+            except (OSError, ValueError, RecursionError):
+                continue  # a rank killed while writing leaves no complete sidecar: its ops stay unattributed
+            clean, dropped = clean_sidecar(data, str(path))
+            problems.extend(dropped)
+            if clean is not None:
+                sidecars.append(clean)
+                name = path.name if len(source.run_dirs) == 1 else str(path)
+                signature.append(f"{name}:{hashlib.sha1(text.encode()).hexdigest()}")
+    if not signature:
+        return [], ""
     return sidecars, hashlib.sha1("|".join(signature).encode()).hexdigest()
 
 

@@ -33,20 +33,20 @@ def summarize_without_logs(run: Any, reason: str) -> dict[str, Any]:
             "devices": sorted({d for d in group["device"].to_list() if d}),
             "gpu_names": sorted({g for g in group["gpu_name"].to_list() if g}),
         })
-    captures = _captures(Path(run.source.root) if run.source.kind == "run" else None)
+    captures = [c for root in run.source.run_dirs for c in _captures(Path(root))]
     backends = sorted({b for b in ranks["backend"].to_list() if b})
     groups = [{"pg": r["pg"], "desc": r["desc"], "ranks": list(r["ranks"] or []), "backend": r["backend"]}
               for r in run.process_groups.iter_rows(named=True)]
     return {
         "schema_version": SCHEMA_VERSION,
-        "source": str(run.source.path),
+        "source": run.source.label,
         "nccl_logs": False,
         "world_size": run.world_size,
         "backends": backends,
         "hosts": hosts,
         "process_groups": groups,
         "topology_captures": captures,
-        "missing": _missing(reason, backends, captures, run.source.kind == "run", len(hosts)),
+        "missing": _missing(reason, backends, captures, bool(run.source.run_dirs), len(hosts)),
     }
 
 

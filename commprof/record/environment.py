@@ -59,7 +59,8 @@ def _defaults(run_dir: Path, settings: RecordSettings) -> dict[str, str]:
         "NCCL_DEBUG": "INFO",
         "NCCL_DEBUG_SUBSYS": subsys,
         "NCCL_DEBUG_FILE": str(run_dir / "raw" / "nccl" / "nccl.%h.%p.log"),
-        "NCCL_TOPO_DUMP_FILE": str(run_dir / "raw" / "topology" / "nccl_topo.xml"),
+        # one per host: the nodes of a job may share the run directory
+        "NCCL_TOPO_DUMP_FILE": str(run_dir / "raw" / "topology" / f"nccl_topo.{socket.gethostname()}.xml"),
     }
     if settings.fr_buffer_size > 0:
         values["TORCH_FR_BUFFER_SIZE"] = str(settings.fr_buffer_size)
@@ -89,6 +90,7 @@ def build(
     env[rank_config.ENV_SETTINGS] = settings.window.to_json()
     env[rank_config.ENV_RANK_PACKAGE] = str(RANK_PACKAGE)
     env[rank_config.ENV_LAUNCHER_HOST] = socket.gethostname()
+    env[rank_config.ENV_LAUNCHER_ID] = f"{socket.gethostname()}-{os.getpid()}"
     env.pop(rank_config.ENV_RANK_PID, None)  # commprof record run from inside a rank: start afresh
     if looks_like_plain_python(command):
         env[rank_config.ENV_SINGLE_PROCESS] = "1"

@@ -28,6 +28,7 @@ from typing import Any
 
 from commprof.errors import UsageError
 from commprof.record import environment, manifest, rundir
+from commprof.record.job import job_identity
 from commprof.record.rank import topology
 from commprof.record.settings import RecordSettings
 
@@ -50,6 +51,7 @@ class RecordResult:
     exit_code: int
     traces: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    job: JobState | None = None
 
 
 def resolve_program(program: str, path: str | None = None) -> str:
@@ -70,19 +72,22 @@ def record(settings: RecordSettings, command: list[str], echo: Callable[[str], N
     if not command:
         raise UsageError("no command to run; usage: commprof record [OPTIONS] -- COMMAND [ARGS]...")
     resolve_program(command[0], os.environ.get("PATH"))
-    run_dir = rundir.prepare_run_dir(settings.output or rundir.default_run_dir(), settings.force)
+    wanted = (settings.output or rundir.default_run_dir()).expanduser().absolute()
+    job = job_identity(command, os.environ, settings.job_id)
     shim_dir = Path(tempfile.mkdtemp(prefix="commprof-shim-"))
     try:
         environment.install_shim(shim_dir)
-        rank_env = environment.build(os.environ, run_dir, settings, shim_dir, command)
-        doc = manifest.start(command, settings.as_manifest(), rank_env.used)
+        rank_env = environment.build(os.environ, wanted, settings, shim_dir, command)
+        doc = manifest.start(command, settings.as_manifest(), rank_env.used, job)
         doc["notes"].extend(rank_env.notes)
+        claim = rundir.claim(wanted, settings.force, job, doc)
+        run_dir = claim.run_dir
         try:
             manifest.write(run_dir, doc)
         except OSError as err:  # the probe file was empty: a full disk shows here, before the job starts
             raise UsageError(f"cannot write the manifest: {(err.strerror or str(err)).lower()}; free some space "
                              "there or record elsewhere (-o)", run_dir / manifest.MANIFEST) from None
-        say(f"commprof: recording into {run_dir}")
+        say(f"commprof: {claim.note}" if claim.note else f"commprof: recording into {run_dir}")
         returncode = run_child(command, rank_env.env, topology_for=run_dir if settings.topology else None)
         return _finish(run_dir, doc, returncode, settings)
     finally:
@@ -146,7 +151,7 @@ def _start_topology(run_dir: Path | None) -> threading.Thread | None:
 
 
 def _finish(run_dir: Path, doc: dict[str, Any], returncode: int, settings: RecordSettings) -> RecordResult:
-    leftovers = rundir.leftover_temp_files(run_dir)
+    leftovers = rundir.leftover_temp_files(run_dir, _own_files(run_dir, doc))
     for path in leftovers:
         try:
             path.unlink()
@@ -160,7 +165,9 @@ def _finish(run_dir: Path, doc: dict[str, Any], returncode: int, settings: Recor
         unwritten = None
     except OSError as err:  # the manifest itself could not be written (full disk, file system gone)
         sidecars, unwritten = manifest.read_sidecars(run_dir)[0], err
-    traces = sorted(str(p.relative_to(run_dir)) for p in (run_dir / "raw" / "traces").glob("rank-*.json.gz"))
+    traces = sorted(str(run_dir / info["files"]["trace"]) for info in doc.get("ranks") or []
+                    if (info.get("files") or {}).get("trace"))
+    traces = [str(Path(t).relative_to(run_dir)) for t in traces]
     warnings = window_warnings(sidecars, settings, disk_full=disk_full) if sidecars or not disk_full else [
         "no rank could write its status file (the disk is full): whether they profiled is unknown"]
     if disk_full:
@@ -174,7 +181,50 @@ def _finish(run_dir: Path, doc: dict[str, Any], returncode: int, settings: Recor
             manifest.write(run_dir, doc)
         except OSError as err:
             warnings.append(f"could not write {run_dir / manifest.MANIFEST}: {err.strerror or err}")
-    return RecordResult(run_dir=run_dir, exit_code=int(doc["exit_code"]), traces=traces, warnings=warnings)
+    return RecordResult(run_dir=run_dir, exit_code=int(doc["exit_code"]), traces=traces, warnings=warnings,
+                        job=job_state(run_dir, doc))
+
+
+def _own_files(run_dir: Path, doc: dict[str, Any]) -> Callable[[str], bool]:
+    """Whether a file name is one this launcher's ranks or host write (``rank-3.json.gz``, ``nccl.node0.…``)."""
+    ranks = {int(sc["rank"]) for sc in manifest.read_sidecars(run_dir)[0]
+             if sc.get("launcher") in (doc["launcher"]["id"], None)}
+    host = str(doc["launcher"]["host"])
+
+    def mine(name: str) -> bool:
+        if name.startswith("rank-"):
+            head = name[5:].split(".", 1)[0]
+            return head.isdigit() and int(head) in ranks
+        return host in name.split(".") or name.startswith(f"{doc['launcher']['id']}.")
+
+    return mine
+
+
+@dataclass(frozen=True)
+class JobState:
+    """Where the whole job stands when this launcher ends: its world, the ranks with a trace in this folder,
+    the launchers still running (other nodes), so that the run is analyzed once it is whole."""
+
+    world_size: int | None
+    traced: frozenset[int]
+    own: frozenset[int]
+    running: int
+
+    @property
+    def whole(self) -> bool:
+        return self.running == 0 and (self.world_size is None or len(self.traced) >= self.world_size)
+
+
+def job_state(run_dir: Path, doc: dict[str, Any]) -> JobState:
+    from commprof.ingest.job_parts import read_parts, union
+
+    merged, _ = union(read_parts(run_dir, []), None)
+    traced = {int(r["rank"]) for r in merged.get("ranks") or [] if (r.get("files") or {}).get("trace")}
+    own = {int(r["rank"]) for r in doc.get("ranks") or [] if (r.get("files") or {}).get("trace")}
+    running = sum(1 for n in merged.get("nodes") or [merged] if n.get("status") == "running")
+    sizes = [merged.get("world_size"), doc.get("world_size")]
+    world = max((s for s in sizes if isinstance(s, int)), default=None)
+    return JobState(world, frozenset(traced), frozenset(own), running)
 
 
 def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings, disk_full: bool = False) -> list[str]:

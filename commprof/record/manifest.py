@@ -1,4 +1,6 @@
-"""``manifest.json``: written when the run starts, completed from the ranks' sidecars when it ends.
+"""The launcher's part of the manifest (``raw/launchers/<host>-<pid>.json``): written when the run starts,
+completed from its ranks' sidecars when it ends; ``manifest.json`` is the union of every launcher's part
+(one per node or per rank of the job, see ``commprof.ingest.job_parts``), rewritten by each launcher.
 
 A launcher killed before the end leaves the first version (``status: "running"``) and the ranks'
 ``raw/ranks/rank-<RANK>.json`` pieces, from which the manifest can be rebuilt (:func:`merge_ranks`).
@@ -15,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from commprof.ingest.job_parts import PARTS_DIR, read_parts, union
+from commprof.record.job import JobIdentity
 from commprof.record.rank.files import atomic_write_json, utc_now_iso
 
 SCHEMA_VERSION = 1
@@ -30,13 +34,20 @@ def commprof_version() -> str | None:
         return None
 
 
-def start(command: list[str], settings: dict[str, Any], env_used: dict[str, Any]) -> dict[str, Any]:
+def launcher_id() -> str:
+    """This launcher, in file names and in its ranks' sidecars: host and pid (pids repeat across hosts)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def start(command: list[str], settings: dict[str, Any], env_used: dict[str, Any],
+          job: JobIdentity | None = None) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": "commprof record",
+        "job": job.as_manifest() if job else None,
         "command": command,
         "cwd": os.getcwd(),
-        "launcher": {"host": socket.gethostname(), "pid": os.getpid()},
+        "launcher": {"host": socket.gethostname(), "pid": os.getpid(), "id": launcher_id()},
         "start": utc_now_iso(),
         "end": None,
         "status": "running",
@@ -58,7 +69,19 @@ def start(command: list[str], settings: dict[str, Any], env_used: dict[str, Any]
 
 
 def write(run_dir: Path, manifest: dict[str, Any]) -> None:
-    atomic_write_json(str(run_dir / MANIFEST), manifest)
+    """This launcher's part, then the union of every part as ``manifest.json``."""
+    atomic_write_json(str(run_dir.joinpath(*PARTS_DIR, f"{manifest['launcher']['id']}.json")), manifest)
+    write_snapshot(run_dir)
+
+
+def write_snapshot(run_dir: Path) -> None:
+    """``manifest.json`` as the union of the parts there now (the job's first fields kept)."""
+    try:
+        base = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        base = None
+    merged, _ = union(read_parts(run_dir, []), base if isinstance(base, dict) else None)
+    atomic_write_json(str(run_dir / MANIFEST), merged)
 
 
 def read_sidecars(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -82,8 +105,12 @@ def _existing_files(run_dir: Path, files: dict[str, str]) -> dict[str, str]:
 
 
 def merge_ranks(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Fill the per-rank part of the manifest from the sidecars; returns the sidecars."""
+    """Fill the per-rank part of the manifest from the sidecars of this launcher's ranks (the other nodes'
+    ranks in a shared folder are theirs to report); returns those sidecars."""
     sidecars, problems = read_sidecars(run_dir)
+    me = (manifest.get("launcher") or {}).get("id")
+    if me:
+        sidecars = [sc for sc in sidecars if sc.get("launcher") in (me, None)]  # None: a rank of an older commprof
     manifest["notes"].extend(problems)
     ranks = []
     for sc in sidecars:
@@ -92,6 +119,8 @@ def merge_ranks(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
             {
                 "rank": sc["rank"],
                 "local_rank": sc.get("local_rank"),
+                "local_world_size": sc.get("local_world_size"),
+                "node_rank": sc.get("node_rank"),
                 "host": sc.get("host"),
                 "pid": sc.get("pid"),
                 "device": sc.get("device"),

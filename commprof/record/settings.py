@@ -18,6 +18,7 @@ class RecordSettings:
     nccl_coll: bool = False
     fr_buffer_size: int = DEFAULT_FR_BUFFER_SIZE  # 0: leave Flight Recorder alone
     topology: bool = True
+    job_id: str | None = None  # joins the launchers of one job that share nothing else (see record/job.py)
 
     def as_manifest(self) -> dict[str, object]:
         w = self.window

@@ -67,6 +67,17 @@ def _code_rows() -> list[str]:
     return rows
 
 
+def _input_rows_of(paths: list[Path], entries: list[Any], caches: list[Path]) -> list[str] | None:
+    """:func:`_input_rows` of every path given (a job's node folders), each once."""
+    rows: list[str] = []
+    for i, path in enumerate(paths):
+        found = _input_rows(path, entries if i == 0 else [], caches)
+        if found is None or len(rows) + len(found) > MAX_FILES:
+            return None
+        rows += [f"{i}\0{row}" for row in found] if len(paths) > 1 else found
+    return rows
+
+
 def _input_rows(path: Path, entries: list[Any], caches: list[Path]) -> list[str] | None:
     """One row per input file; None when the run is too big to fingerprint. A trace's row is the stat the
     ingest saw before it read the trace (``FileEntry.stat_key``), so a trace rewritten while it was being
@@ -145,14 +156,15 @@ def key(run: Any, settings: Any, options: dict[str, Any]) -> str | None:
 
     numpy_row = prepared["numpy"] if "numpy" in prepared else _package_row("numpy")
     try:
-        inputs = _input_rows(Path(run.path), list(run.ingested.entries), [Path(run.ingested.cache)])
+        given = list(run.source.given) or [Path(run.path)]
+        inputs = _input_rows_of(given, list(run.ingested.entries), [Path(run.ingested.cache)])
         if inputs is None:
             return None
         code = prepared["code"] if "code" in prepared else _code_rows()
     except OSError:
         return None
     env = _env_rows()
-    parts = [str(KEY_VERSION), sys.version, polars.__version__, numpy_row, str(os.path.abspath(run.path)),
+    parts = [str(KEY_VERSION), sys.version, polars.__version__, numpy_row, run.source.identity,
              repr(settings), json.dumps(options, sort_keys=True, default=str), json.dumps(env),
              json.dumps(list(run.warnings)), *code, "\1", *inputs]
     return _digest(parts)
@@ -239,7 +251,7 @@ class QuickKey:
     places: list[Path]
 
 
-def quick_key(path_arg: str, options: dict[str, Any]) -> QuickKey | None:
+def quick_key(path_arg: str | list[str], options: dict[str, Any]) -> QuickKey | None:
     """The key of a run before it is opened: the code, ``options`` (every option of the analysis as typed),
     the ``COMMPROF_*`` environment, Python's version, polars and numpy as installed (neither is imported) and
     a stat of every file under ``path_arg`` but the table caches. None when none is to be used
@@ -248,10 +260,12 @@ def quick_key(path_arg: str, options: dict[str, Any]) -> QuickKey | None:
         return None
     try:
         from commprof.ingest.cache_place import default_places
-        from commprof.ingest.discover import discover
+        from commprof.ingest.discover import discover_paths
 
-        places = [place.absolute() for place in default_places(discover(path_arg))]
-        inputs = _input_rows(Path(path_arg), [], places)
+        given = [path_arg] if isinstance(path_arg, str) else path_arg
+        source = discover_paths(given)
+        places = [place.absolute() for place in default_places(source)]
+        inputs = _input_rows_of([Path(p) for p in given], [], places)
         if inputs is None:
             return None
         code = _code_rows()
@@ -260,7 +274,7 @@ def quick_key(path_arg: str, options: dict[str, Any]) -> QuickKey | None:
     _PREPARED["code"] = code  # the full key's too (prepare and key take it from there)
     env = _env_rows()
     parts = [str(KEY_VERSION), "quick", sys.version, *map(_package_row, ("polars", "numpy")),
-             os.path.abspath(path_arg), json.dumps(options, sort_keys=True, default=str), json.dumps(env),
+             source.identity, json.dumps(options, sort_keys=True, default=str), json.dumps(env),
              *code, "\1", *inputs]
     digest = _digest(parts)
     return QuickKey(digest, places)

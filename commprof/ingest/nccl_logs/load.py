@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -149,13 +149,34 @@ def _assign_host(xml: TopologyXml, hosts: set[str]) -> None:
         xml.host = matches[0]
 
 
-def load_nccl(path: str | Path) -> NcclRun:
-    """Find and parse everything NCCL wrote under ``path``. Broken XML dumps are skipped and listed
-    in ``logs.stats.skipped_files``; only a missing path or no log at all raises."""
+def find_all_inputs(paths: Sequence[str | Path]) -> NcclInputs:
+    """The NCCL inputs of several folders (the nodes of one job, each its own run directory); raises like
+    :func:`find_nccl_inputs` only when none of them holds a log."""
+    if len(paths) == 1:
+        return find_nccl_inputs(paths[0])
+    inputs = NcclInputs(root=Path(paths[0]))
+    first_error: InputError | None = None
+    for path in paths:
+        try:
+            found = find_nccl_inputs(path)
+        except InputError as err:
+            first_error = first_error or err
+            continue
+        for name in ("logs", "topologies", "graphs", "skipped"):
+            getattr(inputs, name).extend(getattr(found, name))
+    if not inputs.logs:
+        raise first_error or NoNcclLogs("no NCCL logs found", Path(paths[0]))
+    return inputs
+
+
+def load_nccl(path: str | Path | Sequence[str | Path]) -> NcclRun:
+    """Find and parse everything NCCL wrote under ``path`` (or under each of several paths: the nodes of one
+    job). Broken XML dumps are skipped and listed in ``logs.stats.skipped_files``; only a missing path or no
+    log at all raises."""
     # here, not at the top: finding the inputs (every cached ``analyze`` does) needs no parser
     from commprof.ingest.nccl_logs.parser import parse_nccl_logs
 
-    inputs = find_nccl_inputs(path)
+    inputs = find_all_inputs([path] if isinstance(path, (str, Path)) else list(path))
     logs = parse_nccl_logs(inputs.logs)
     logs.stats.skipped_files.extend(inputs.skipped)
     hosts = {p.host for p in logs.processes if p.host}

@@ -16,6 +16,7 @@ ENV_RANK_PACKAGE = "COMMPROF_RANK_PACKAGE"  # folder of this package, loaded by 
 ENV_SINGLE_PROCESS = "COMMPROF_SINGLE_PROCESS"  # "1": the command is a plain script, profile it as rank 0
 ENV_RANK_PID = "COMMPROF_RANK_PID"  # set by a rank in its own environment: its children stay inactive
 ENV_LAUNCHER_HOST = "COMMPROF_LAUNCHER_HOST"
+ENV_LAUNCHER_ID = "COMMPROF_LAUNCHER_ID"  # <host>-<pid> of the launcher: its part of a run shared by nodes
 
 SIDECAR_SCHEMA_VERSION = 1
 ANNOTATION_PREFIX = "commprof:"

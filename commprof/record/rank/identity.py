@@ -26,6 +26,20 @@ class RankIdentity:
     node_rank: int | None
     restart_count: int
     single_process: bool
+    source: str = "RANK"  # which environment named the rank: RANK (torchrun), SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...
+
+
+# Launchers that start one process per rank without torchrun: (rank, world size, local rank, local world size,
+# node) as each names them. The script itself turns them into torch.distributed's rank; commprof reads the same.
+PER_RANK_LAUNCHERS = (
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+     "OMPI_COMM_WORLD_NODE_RANK"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None),
+    ("PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE", "PMIX_NODE_RANK"),
+)
+# srun's batch and extern steps are not tasks of the job: SLURM_PROCID there is the batch script's 0
+_SLURM_NOT_TASK = ("", "batch", "extern", "4294967294", "4294967295")
 
 
 def _int(environ: Mapping[str, str], name: str, default: int | None) -> int | None:
@@ -61,6 +75,10 @@ def detect_identity(
     if is_multiprocessing_helper(argv):
         return None
     rank = _int(environ, "RANK", None)
+    if rank is None:
+        per_rank = _per_rank_launcher(environ)
+        if per_rank is not None:
+            return per_rank
     single = False
     if rank is None:
         if environ.get(ENV_SINGLE_PROCESS) != "1":
@@ -77,4 +95,23 @@ def detect_identity(
         node_rank=_int(environ, "GROUP_RANK", None),
         restart_count=_int(environ, "TORCHELASTIC_RESTART_COUNT", 0) or 0,
         single_process=single,
+        source="single process" if single else "RANK",
     )
+
+
+def _per_rank_launcher(environ: Mapping[str, str]) -> RankIdentity | None:
+    """The rank of a process started by srun or mpirun (one launcher per rank, no torchrun)."""
+    for rank_var, size_var, local_var, local_size_var, node_var in PER_RANK_LAUNCHERS:
+        rank = _int(environ, rank_var, None)
+        size = _int(environ, size_var, None)
+        if rank is None or size is None or not 0 <= rank < size:
+            continue
+        if rank_var == "SLURM_PROCID" and environ.get("SLURM_STEP_ID", "") in _SLURM_NOT_TASK:
+            continue
+        local_size = _int(environ, local_size_var, None)
+        return RankIdentity(
+            rank=rank, local_rank=_int(environ, local_var, 0) or 0, world_size=size,
+            local_world_size=local_size if local_size is not None else size,
+            node_rank=_int(environ, node_var, None) if node_var else None,
+            restart_count=_int(environ, "SLURM_RESTART_COUNT", 0) or 0, single_process=False, source=rank_var)
+    return None

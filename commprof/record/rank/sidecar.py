@@ -13,7 +13,7 @@ import socket
 import threading
 from typing import Any
 
-from .config import SIDECAR_SCHEMA_VERSION, RankConfig
+from .config import ENV_LAUNCHER_ID, SIDECAR_SCHEMA_VERSION, RankConfig
 from .files import atomic_write_json, utc_now_iso
 from .identity import RankIdentity
 
@@ -49,6 +49,8 @@ class Sidecar:
             "node_rank": identity.node_rank,
             "restart_count": identity.restart_count,
             "single_process": identity.single_process,
+            "rank_from": identity.source,
+            "launcher": os.environ.get(ENV_LAUNCHER_ID),
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "training_tid": None,

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest zoo bench bench-kineto bench-dashboard install clean bench-record bench-synth bench-scale fuzz
+.PHONY: demo test lint pytest zoo cluster-demo bench bench-kineto bench-dashboard install clean bench-record bench-synth bench-scale fuzz
 
 $(STAMP): pyproject.toml tools/setup_venv.py
 	@# torch: the one $(PYTHON) has, else a wheel on this machine, else the CPU-only build (never PyPI's
@@ -39,6 +39,12 @@ test: lint pytest
 ZOO_OUT ?= runs/zoo-$(shell date -u +%Y%m%d-%H%M%S)
 zoo: $(STAMP)
 	$(BIN)/python tests/zoo/zoo.py --out $(ZOO_OUT) $(ZOO_ARGS)
+
+# a job across a cluster of network namespaces (root): nodes with their own hostname and loopback, linked at 4 Gbit/s
+# (tests/netns_cluster.py), sample_traces/train_3d.py recorded by one commprof record per node into one folder,
+# then analyzed. CLUSTER_ARGS="--nodes 4 --racks 2 --shape separate|srun|mpirun --tp-across-nodes"
+cluster-demo: $(STAMP)
+	$(BIN)/python tests/multinode.py $(CLUSTER_ARGS)
 
 # hostile input, thousands of cases: mutated traces, NCCL logs, reports, configs, nsys exports, Flight Recorder
 # pickles, NCCL Inspector logs; then operator faults (kill -9 of a worker pool, concurrent commands on one folder,

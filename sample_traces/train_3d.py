@@ -42,8 +42,12 @@ def param_bytes() -> int:
     return 2 * (HIDDEN * HIDDEN + HIDDEN) * FLOAT
 
 
-def coords(rank: int, tp: int, pp: int, dp: int) -> tuple[int, int, int]:
-    """(pp, dp, tp) coordinates of a global rank, tp varying fastest."""
+def coords(rank: int, tp: int, pp: int, dp: int, tp_across_nodes: bool = False) -> tuple[int, int, int]:
+    """(pp, dp, tp) coordinates of a global rank, tp varying fastest (Megatron's order: a TP group is ranks next
+    to each other, inside a node); with ``tp_across_nodes``, tp varies slowest (dp fastest): the same training
+    with TP groups spread over the nodes, the layout the "TP across nodes" finding is about."""
+    if tp_across_nodes:
+        return (rank // dp) % pp, rank % dp, rank // (pp * dp)
     return rank // (tp * dp), (rank // tp) % dp, rank % tp
 
 
@@ -99,6 +103,8 @@ def main() -> None:
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--dp", type=int, default=2)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--tp-across-nodes", action="store_true",
+                        help="rank order with tp slowest: TP groups span nodes (only the rank order changes)")
     args = parser.parse_args()
     tp, pp, dp = args.tp, args.pp, args.dp
 
@@ -108,10 +114,11 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     assert dist.get_world_size() == tp * pp * dp, "world size must be tp * pp * dp"
-    dims = [(name, n) for name, n in (("pp", pp), ("dp", dp), ("tp", tp)) if n > 1]
+    order = (("tp", tp), ("pp", pp), ("dp", dp)) if args.tp_across_nodes else (("pp", pp), ("dp", dp), ("tp", tp))
+    dims = [(name, n) for name, n in order if n > 1]
     mesh = init_device_mesh("cpu", tuple(n for _, n in dims), mesh_dim_names=tuple(name for name, _ in dims))
     group = {name: mesh.get_group(name) for name, _ in dims}
-    stage, dp_rank, tp_rank = coords(rank, tp, pp, dp)
+    stage, dp_rank, tp_rank = coords(rank, tp, pp, dp, args.tp_across_nodes)
 
     torch.manual_seed(stage)
     model = nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN))

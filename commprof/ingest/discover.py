@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from commprof.errors import InputError
-from commprof.ingest.job_parts import job_key, join_documents, same_job
+from commprof.ingest.job_parts import job_key, join_documents, ranges, same_job
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")  # Kineto traces; nsys exports (nsys export --type sqlite)
 # Folders that hold other raw data (NCCL logs, Flight Recorder, topology, rank sidecars) or our cache.
@@ -155,9 +155,9 @@ def _load_manifest(path: Path) -> dict[str, Any]:
 def _read_manifest(path: Path, problems: list[str]) -> dict[str, Any]:
     """The manifest (the union of the launchers' parts beside it, when the job had several), with every field
     that commprof reads checked for type and range: a bad one is dropped with a line in ``problems``."""
-    data, joined = join_documents([path.parent], [_load_manifest(path)], problems)
+    data, joined = join_documents([path.parent], [_checked_manifest(_load_manifest(path), path, problems)], problems)
     problems.extend(joined)
-    return _checked_manifest(data, path, problems)
+    return _checked_manifest(data, path, []) if joined or data.get("nodes") else data
 
 
 def _checked_manifest(data: dict[str, Any], path: Path, problems: list[str]) -> dict[str, Any]:
@@ -182,11 +182,15 @@ def _checked_manifest(data: dict[str, Any], path: Path, problems: list[str]) -> 
 
 def manifest_warnings(manifest: dict[str, Any] | None) -> list[str]:
     """What ``commprof record`` noted about ranks that died, half-written files and the command's exit:
-    the analysis of such a run is of the ranks that are left, and says so."""
+    the analysis of such a run is of the ranks that are left, and says so. A job of several launchers says it
+    per node: the one whose command failed, the one that never finished (killed with its node)."""
     if not manifest:
         return []
     out = [f"recording: {note}" for note in manifest.get("notes") or []
            if isinstance(note, str) and _RANK_NOTE.search(note)]
+    nodes = [n for n in manifest.get("nodes") or [] if isinstance(n, dict)]
+    if len(nodes) > 1:
+        return out + [_node_line(n) for n in nodes if n.get("status") in ("failed", "running")]
     status, code = manifest.get("status"), manifest.get("exit_code")
     if status == "failed":
         sig = manifest.get("exit_signal")
@@ -194,6 +198,17 @@ def manifest_warnings(manifest: dict[str, Any] | None) -> list[str]:
     elif status == "running":
         out.append("recording: the manifest says the run never finished (commprof record itself was killed?)")
     return out
+
+
+def _node_line(node: dict[str, Any]) -> str:
+    ranks = node.get("ranks") or []
+    whose = f" (ranks {ranges([r for r in ranks if type(r) is int])})" if ranks else ""
+    if node.get("status") == "failed":
+        sig = node.get("exit_signal")
+        return (f"recording: the recorded command failed on {node.get('host')}{whose} (exit code "
+                f"{node.get('exit_code')}{f', {sig}' if sig else ''})")
+    return (f"recording: the launcher on {node.get('host')}{whose} never finished (killed, or its node died): its "
+            "ranks' files are what they wrote before")
 
 
 def _why_no_traces(run_dir: Path, manifest: dict[str, Any]) -> str:

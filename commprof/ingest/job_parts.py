@@ -176,9 +176,13 @@ def join_documents(run_dirs: Iterable[Path], manifests: list[dict[str, Any]],
     """The manifest of a job recorded into one or several run directories: every launcher part of each (a
     run directory written before parts existed is its own manifest, one part)."""
     parts: list[dict[str, Any]] = []
+    any_parts = False
     for run_dir, manifest in zip(run_dirs, manifests, strict=True):
         found = read_parts(run_dir, problems)
+        any_parts = any_parts or bool(found)
         parts += found or [manifest]
+    if not any_parts and len(manifests) == 1:
+        return manifests[0], []  # recorded before launchers wrote parts: its manifest is the whole of it
     return union(parts, manifests[0] if manifests else None)
 
 

@@ -137,9 +137,10 @@ def merge_ranks(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
     sizes = [int(sc["world_size"]) for sc in sidecars if isinstance(sc.get("world_size"), int)]
     manifest["world_size"] = max(sizes) if sizes else None
     manifest["hosts"] = sorted({str(sc.get("host")) for sc in sidecars if sc.get("host")})
-    torch_versions = sorted({str(v) for sc in sidecars if (v := (sc.get("versions") or {}).get("torch"))})
-    if torch_versions:
-        manifest["versions"]["torch"] = torch_versions[0] if len(torch_versions) == 1 else torch_versions
+    for lib in ("torch", "nccl"):  # the ranks' own (a node may run another build than its launcher's Python)
+        found = sorted({str(v) for sc in sidecars if (v := (sc.get("versions") or {}).get(lib))})
+        if found:
+            manifest["versions"][lib] = found[0] if len(found) == 1 else found
     return sidecars
 
 

@@ -158,7 +158,7 @@ def step_skew(w: _Work) -> None:
 
 def step_sanity(w: _Work) -> None:
     """Ranks whose clock or run identity is in doubt, before any rule can blame them."""
-    sanity = check_ranks(w.tables.step_marks, w.host_clocks, w.tables.ranks)
+    sanity = check_ranks(w.tables.step_marks, w.host_clocks, w.tables.ranks, w.tables.facts.rank_ends)
     w.doubtful = sanity.doubtful
     w.warnings.extend(sanity.warnings)
 

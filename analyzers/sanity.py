@@ -13,6 +13,9 @@ run on comparable clocks. Three checks, each naming the ranks and why:
 * **Host clock**: a host whose fitted clock offset is further from the others' than that is doubtful
   too: real clocks of one cluster agree to milliseconds, so the fit paired calls that did not happen
   together.
+* **Last word**: a rank whose process died without one (SIGKILL, or its node died: its exit handler never
+  ran) while other ranks of the job ended properly has files older than theirs: its Flight Recorder dump
+  stops where its last window closed, so "behind its group" would be its death read as a desync.
 
 The doubtful ranks stay in every table and summary (their numbers are what the traces say); only the
 rules that blame a rank skip the calls they took part in.
@@ -125,12 +128,27 @@ def _host_clocks(host_clocks: pl.DataFrame, ranks: pl.DataFrame,
     return rows, warnings
 
 
-def check_ranks(step_marks: pl.DataFrame, host_clocks: pl.DataFrame, ranks: pl.DataFrame) -> Sanity:
+def _last_word(ends: tuple[tuple[int, str], ...]) -> tuple[list[tuple[int, str]], list[str]]:
+    ended = [r for r, how in ends if how in ("exited", "signalled")]
+    died = [r for r, how in ends if how == "died"]
+    if not ended or not died:
+        return [], []
+    why = (f"its process died without a last word (SIGKILL, or its node died) while ranks {_ranks_text(ended)} "
+           "ended: its Flight Recorder dump and status are older than theirs")
+    return [(r, why) for r in died], [f"ranks {_ranks_text(died)}: {why}; no straggler or desync finding rests on "
+                                      "them"]
+
+
+def check_ranks(step_marks: pl.DataFrame, host_clocks: pl.DataFrame, ranks: pl.DataFrame,
+                ends: tuple[tuple[int, str], ...] = ()) -> Sanity:
     """The doubtful ranks of a run and a warning per check that failed. ``step_marks``: rank, step,
-    start_ns, end_ns (each rank's own clock); ``host_clocks``: host, offset_ns, fit; ``ranks``: rank, host."""
+    start_ns, end_ns (each rank's own clock); ``host_clocks``: host, offset_ns, fit; ``ranks``: rank, host;
+    ``ends``: how each rank's process ended (RunFacts.rank_ends)."""
     step_marks = step_marks.filter(pl.col("step").is_not_null() & pl.col("start_ns").is_not_null())
     if step_marks.height == 0:
-        return Sanity(pl.DataFrame(schema=DOUBTFUL_SCHEMA), ())
+        found, said = _last_word(ends)
+        return Sanity(pl.DataFrame([(r, "ended", why) for r, why in found], schema=DOUBTFUL_SCHEMA, orient="row"),
+                      tuple(said))
     longest = float((step_marks["end_ns"] - step_marks["start_ns"]).cast(pl.Float64).max() or 0)  # type: ignore[arg-type]
     limit_ns = max(STEP_SPANS * longest, MIN_IMPLAUSIBLE_NS)
     offsets = (ranks.select("rank", pl.col("host").fill_null("?"))
@@ -139,7 +157,8 @@ def check_ranks(step_marks: pl.DataFrame, host_clocks: pl.DataFrame, ranks: pl.D
     warnings: list[str] = []
     for check, (found, said) in (("run", _run_identity(step_marks)),
                                  ("start", _trace_start(step_marks, offsets, limit_ns)),
-                                 ("clock", _host_clocks(host_clocks, ranks, limit_ns))):
+                                 ("clock", _host_clocks(host_clocks, ranks, limit_ns)),
+                                 ("ended", _last_word(ends))):
         rows += [(r, check, why) for r, why in found]
         warnings += said
     return Sanity(pl.DataFrame(rows, schema=DOUBTFUL_SCHEMA, orient="row").sort("rank", "check"), tuple(warnings))

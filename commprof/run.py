@@ -210,12 +210,24 @@ class Run:
             synthetic=bool(manifest.get("synthetic", False)),
             hosts=tuple(sorted({h for h in ranks["host"].to_list() if h})),
             modes=tuple(sorted(set(ranks["mode"].drop_nulls().to_list()))),
-            manifest=self.manifest,
+            manifest=self.manifest, rank_ends=_rank_ends(self.source),
         )
         shared = Counter(store.part_file(rf.meta, rf.entry.stem) for rf in self.rank_files)
         files = tuple((rf.rank, _interval_source(self.ingested.cache, rf, shared)) for rf in self.rank_files)
         return RunTables(facts, ranks, self.process_groups, collectives, self.step_marks, files, sidecars,
                          tuple(self.warnings) + self.group_union.warnings + sidecars.warnings)
+
+
+def _rank_ends(source: Source) -> tuple[tuple[int, str], ...]:
+    """How each rank's process ended, as its sidecar says (RunFacts.rank_ends)."""
+    ends = {}
+    for sc in store.read_sidecars(source)[0]:
+        if type(sc.get("rank")) is not int:
+            continue
+        window = sc.get("window")
+        killed = isinstance(window, dict) and window.get("killed_by")
+        ends[sc["rank"]] = "exited" if sc.get("ended_at") else "signalled" if killed else "died"
+    return tuple(sorted(ends.items()))
 
 
 def _interval_source(cache: Path, rf: RankFile, shared: Counter[str]) -> Path | RowSlice:

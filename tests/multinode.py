@@ -60,11 +60,16 @@ def job_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def record_argv(out: Path, *command: str, extra: tuple[str, ...] = ()) -> list[str]:
+# 8 recorded steps: lateness judged over 3 steps of 2-rank groups reads CPU-scheduling jitter on 2 cores as a
+# straggler (a rank last in 3 of 3 steps happens by luck 1 time in 4); over 8 steps it does not
+WINDOW = ("--wait", "1", "--warmup", "1", "--active", "8")
+
+
+def record_argv(out: Path, *command: str, extra: tuple[str, ...] = WINDOW) -> list[str]:
     return [str(BIN / "commprof"), "record", "-o", str(out), "--no-analyze", *extra, "--", *command]
 
 
-def train_args(nodes: int, tp: int = 2, steps: int = 6, tp_across: bool = False) -> list[str]:
+def train_args(nodes: int, tp: int = 2, steps: int = 12, tp_across: bool = False) -> list[str]:
     dp = nodes * PER_NODE // tp
     return [str(TRAIN), "--tp", str(tp), "--dp", str(dp), "--steps", str(steps)] + (
         ["--tp-across-nodes"] if tp_across else [])
@@ -92,7 +97,7 @@ def _start(node: Node, argv: list[str], env: dict[str, str]) -> subprocess.Popen
 
 
 def torchrun_per_node(cluster: Cluster, out: Path, *, separate: bool = False, train: list[str] | None = None,
-                      nodes: list[Node] | None = None, record_extra: tuple[str, ...] = (),
+                      nodes: list[Node] | None = None, record_extra: tuple[str, ...] = WINDOW,
                       timeout: float = 150, env: dict[str, str] | None = None) -> Launch:
     nodes = nodes or cluster.nodes
     port = next(PORTS)

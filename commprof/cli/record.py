@@ -82,11 +82,10 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
         click.echo(f"commprof: note: {NO_TORCH}", err=True)
     click.echo(f"commprof: run directory {result.run_dir} ({len(result.traces)} trace"
                f"{'' if len(result.traces) == 1 else 's'}); exit code {result.exit_code}", err=True)
-    if not no_analyze and result.traces:
-        if result.job is None or result.job.whole:
-            _analyze(result.run_dir)
-        else:
-            click.echo(_part_of_a_job(result.run_dir, result.job), err=True)
+    if result.job is not None and not result.job.whole and result.traces:
+        click.echo(_part_of_a_job(result.run_dir, result.job), err=True)  # analyzed once whole, not per node
+    elif not no_analyze and result.traces:
+        _analyze(result.run_dir)
     sys.exit(result.exit_code)
 
 

@@ -25,12 +25,15 @@ class RunFacts:
     """What the views print about a run besides its numbers."""
 
     path: str
-    kind: str  # run | folder | file
+    kind: str  # run | folder | file | job
     world_size: int | None
     synthetic: bool = False
     hosts: tuple[str, ...] = ()
     modes: tuple[str, ...] = ()  # gpu / cpu, from the traces
     manifest: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    # how each recorded rank's process ended, from its sidecar: exited (its exit handler ran), signalled (SIGTERM:
+    # it wrote where it was), died (no last word: SIGKILL, or its node died); ranks without a sidecar absent
+    rank_ends: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)

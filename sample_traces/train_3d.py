@@ -103,6 +103,9 @@ def main() -> None:
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--dp", type=int, default=2)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=ACTIVATION[0],
+                        help="micro-batch rows of the activations (TP all-reduce and p2p messages: batch x 1 KiB)")
+    parser.add_argument("--tp-layers", type=int, default=1, help="TP all-reduces of the activations per step")
     parser.add_argument("--tp-across-nodes", action="store_true",
                         help="rank order with tp slowest: TP groups span nodes (only the rank order changes)")
     args = parser.parse_args()
@@ -136,18 +139,18 @@ def main() -> None:
             torch.mm(torch.randn(256, 256), torch.randn(256, 256))
             work.wait()
         # 2. forward (stage 0 makes its input, later stages receive it)
-        x = torch.randn(*ACTIVATION)
+        x = torch.randn(args.batch, HIDDEN)
         if pp > 1 and stage > 0:
             dist.recv(x, group_src=stage - 1, group=group["pp"])
         x.requires_grad_(pp > 1 and stage > 0)
         out = model(x)
-        if tp > 1:
+        for _ in range(args.tp_layers if tp > 1 else 0):
             partial = out.detach().clone()
             dist.all_reduce(partial, group=group["tp"])  # row-parallel output reduction
         # 3. pipeline: activations forward, gradients back
         if pp > 1 and stage < pp - 1:
             dist.send(out.detach(), group_dst=stage + 1, group=group["pp"])
-            grad = torch.empty(*ACTIVATION)
+            grad = torch.empty(args.batch, HIDDEN)
             dist.recv(grad, group_src=stage + 1, group=group["pp"])
         else:
             grad = torch.ones_like(out)

@@ -19,6 +19,8 @@ from typing import Any
 
 PARTS_DIR = ("raw", "launchers")
 _ORDER = {"running": 0, "failed": 1, "finished": 2}
+# settings that differ between launchers by design: each rank's own GPU (srun/mpirun give each task one)
+PER_PROCESS = frozenset({"CUDA_VISIBLE_DEVICES"})
 
 
 def part_paths(run_dir: Path) -> list[Path]:
@@ -153,21 +155,23 @@ def _union_versions(parts: list[dict[str, Any]], warnings: list[str]) -> dict[st
 
 
 def _union_env(parts: list[dict[str, Any]], warnings: list[str]) -> dict[str, Any]:
+    """The recorded settings of every node; one a node sets otherwise (or not at all) is a warning."""
+    envs = [env if isinstance(env := part.get("env"), dict) else {} for part in parts]
     out: dict[str, Any] = {}
-    differ: dict[str, dict[str, set[str]]] = {}
-    for part in parts:
-        env = part.get("env")
-        env = env if isinstance(env, dict) else {}
-        for name, entry in env.items():
+    for name in sorted({n for env in envs for n in env}):
+        if name.endswith("_FILE") or name in PER_PROCESS:  # per node or per rank by design
+            out[name] = next(env[name] for env in envs if name in env)
+            continue
+        values: dict[str, set[str]] = {}
+        for part, env in zip(parts, envs, strict=True):
+            entry = env.get(name)
             value = entry.get("value") if isinstance(entry, dict) else entry
-            if name.endswith(("_FILE",)):
-                value = None  # per-node paths (NCCL_DEBUG_FILE) differ by design
-            differ.setdefault(name, {}).setdefault(str(value), set()).add(_host(part))
-            out.setdefault(name, entry)
-    for name, values in sorted(differ.items()):
+            values.setdefault("(unset)" if entry is None else repr(value), set()).add(_host(part))
+            if entry is not None:
+                out.setdefault(name, entry)
         if len(values) > 1:
             warnings.append(f"nodes set {name} differently: " + "; ".join(
-                f"{v!r} on {', '.join(sorted(h))}" for v, h in sorted(values.items())))
+                f"{v} on {', '.join(sorted(h))}" for v, h in sorted(values.items())))
     return out
 
 

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest zoo cluster-demo bench bench-kineto bench-dashboard install clean bench-record bench-synth bench-scale fuzz
+.PHONY: demo test lint pytest zoo zoo-layout cluster-demo bench bench-kineto bench-dashboard install clean bench-record bench-synth bench-scale fuzz
 
 $(STAMP): pyproject.toml tools/setup_venv.py
 	@# torch: the one $(PYTHON) has, else a wheel on this machine, else the CPU-only build (never PyPI's
@@ -45,6 +45,11 @@ zoo: $(STAMP)
 # then analyzed. CLUSTER_ARGS="--nodes 4 --racks 2 --shape separate|srun|mpirun --tp-across-nodes"
 cluster-demo: $(STAMP)
 	$(BIN)/python tests/multinode.py $(CLUSTER_ARGS)
+
+# the zoo's multi-node case (root): TP inside vs across nodes on a namespace cluster, the tp_across_nodes finding and
+# the layout what-if against the measured difference (about 5 min). ZOO_LAYOUT_ARGS="--reps 3 --gbit 0.5"
+zoo-layout: $(STAMP)
+	$(BIN)/python tests/zoo/layout_zoo.py $(ZOO_LAYOUT_ARGS)
 
 # hostile input, thousands of cases: mutated traces, NCCL logs, reports, configs, nsys exports, Flight Recorder
 # pickles, NCCL Inspector logs; then operator faults (kill -9 of a worker pool, concurrent commands on one folder,

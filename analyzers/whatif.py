@@ -16,6 +16,10 @@ The model keeps every rank's compute as measured and changes only communication:
    ``alpha · latency steps + bus bytes / bandwidth``. Moving it from tier A to tier B (or changing A's
    bandwidth) keeps the bytes and the collective's algorithm factors: the latency part becomes B's and
    the bandwidth part is scaled by ``peak_A / peak_B`` (so the efficiency the call reached is kept).
+   On a CPU run (Gloo's loopback and TCP: the CPUs, not the link, set the pace) a tier's peak is what this
+   run's calls reached on it (``measured_gbps``), unless ``--peak`` gives one: the ratio is then what the
+   run measured on each tier, and the method says so (a network's default peak, 12.5 GB/s for ethernet, is
+   a NIC's, not what a CPU job moves).
 2. **Exposure.** Per rank, step and process group: blocking groups (no compute ran beside them) expose
    all of their change. Asynchronous ones keep hiding behind the compute that runs between their first
    call's start and their last call's end, up to their new length; whatever does not fit is exposed.
@@ -141,7 +145,10 @@ def _steps_expr() -> pl.Expr:
 
 
 def tier_peak(a: Analysis, tier: str) -> float | None:
-    """The peak GB/s of a tier in this run: a group's on that tier, else the defaults for the GPU."""
+    """The peak GB/s of a tier in this run: a group's on that tier, else the defaults for the GPU; on a CPU run
+    the bandwidth the run reached on it (``measured_gbps``) unless ``--peak`` names the tier."""
+    if not _gpu_run(a) and tier not in a.settings.peaks:
+        return measured_gbps(a, tier)
     known = a.process_groups.filter((pl.col("tier") == tier) & pl.col("peak_gbps").is_not_null())["peak_gbps"]
     if known.len():
         return float(known.cast(pl.Float64).max() or 0.0)
@@ -151,6 +158,37 @@ def tier_peak(a: Analysis, tier: str) -> float | None:
     nvlink, pcie = gpu_peaks(gpu)
     peaks: dict[str, float | None] = {"nvlink": nvlink, "pcie": pcie}
     return peaks.get(tier)
+
+
+MEASURED_MIN_BYTES = 64 << 10  # calls whose bandwidth part outweighs their latency on TCP
+
+
+def _gpu_run(a: Analysis) -> bool:
+    return "mode" in a.ranks.columns and "gpu" in set(a.ranks["mode"].drop_nulls().to_list())
+
+
+def measured_gbps(a: Analysis, tier: str) -> float | None:
+    """The bus bandwidth this run reached on ``tier``: the median busbw of its calls of >= 64 KiB (of every
+    sized call when none is that large); None when no call ran there."""
+    calls = a.collectives.filter((pl.col("tier") == tier) & pl.col("busbw_gbps").is_not_null()
+                                 & (pl.col("busbw_gbps") > 0))
+    big = calls.filter(pl.col("bytes") >= MEASURED_MIN_BYTES)
+    value = (big if big.height else calls)["busbw_gbps"].median()
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def with_measured_peaks(a: Analysis, calls: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
+    """On a CPU run, each call's peak is its tier's measured bandwidth (``tier_peak``; said in ``notes``)."""
+    if _gpu_run(a) or not calls.height:
+        return calls
+    tiers = sorted(set(calls["tier"].drop_nulls().to_list()) - set(a.settings.peaks))
+    measured = {t: v for t in tiers if (v := measured_gbps(a, t)) is not None}
+    if not measured:
+        return calls
+    notes.append("a CPU run: each tier's bandwidth is what this run reached there ("
+                 + ", ".join(f"{t} {v:.3g} GB/s" for t, v in measured.items()) + ", median busbw of calls >= 64 KiB)")
+    return calls.with_columns(pl.col("tier").replace_strict(measured, default=None, return_dtype=pl.Float64)
+                              .fill_null(pl.col("peak_gbps")).alias("peak_gbps"))
 
 
 def new_transfer(calls: pl.DataFrame, tier_after: pl.Expr, peak_after: pl.Expr) -> pl.DataFrame:
@@ -317,7 +355,8 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
     for c in changes:
         whatif_layout.check_move(a, c)
     warnings: list[str] = []
-    calls = a.collectives.filter(pl.col("step").is_not_null())
+    notes: list[str] = []
+    calls = with_measured_peaks(a, a.collectives.filter(pl.col("step").is_not_null()), notes)
     tier_after, peak_after = pl.col("tier"), pl.col("peak_gbps")
     for pg, gbps in (pg_peaks or {}).items():
         peak_after = pl.when(pl.col("pg") == pg).then(pl.lit(gbps)).otherwise(peak_after)
@@ -346,7 +385,6 @@ def estimate(a: Analysis, changes: list[Change], straggler_saving_ns: dict[int, 
         calls = new_transfer(calls, tier_after, peak_after)
     overlap = frozenset(c.dimension for c in changes if c.kind == "overlap" and c.dimension)
     pgs = exposure_after(a, calls, overlap)
-    notes: list[str] = []
     pgs = _through_the_pipeline(a, calls, pgs, notes)
     late = 0.0
     if any(c.kind == "straggler" for c in changes):

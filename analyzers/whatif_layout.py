@@ -161,7 +161,8 @@ def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
     layout = Layout(dict(new), change.order or MEGATRON_ORDER)
     tiers = _placement(a, layout, warnings)
     peaks = {t: whatif.tier_peak(a, t) for t in set(tiers.values())}
-    calls = a.collectives.filter(pl.col("step").is_not_null())
+    notes: list[str] = []
+    calls = whatif.with_measured_peaks(a, a.collectives.filter(pl.col("step").is_not_null()), notes)
     moved = {d: t for d, t in tiers.items() if d in old}
     for name, tier in moved.items():
         now = set(calls.filter(pl.col("dimension") == name)["tier"].drop_nulls().to_list())
@@ -196,7 +197,6 @@ def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
                                .otherwise(pl.col("transfer_after_ns")).alias("transfer_after_ns"))
     calls = calls.drop("_n2", "_t2", "_p2", "_beta2")
     pgs = _blocking_share_kept(calls, whatif.exposure_after(a, calls))
-    notes: list[str] = []
     pgs = whatif._through_the_pipeline(a, calls, pgs, notes)
     before = ",".join(f"{d}={old[d]}" for d in MEGATRON_ORDER if d in old)
     method = (f"layout {before} -> {','.join(f'{d}={new[d]}' for d in MEGATRON_ORDER if d in new)}: groups placed "

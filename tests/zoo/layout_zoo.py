@@ -70,6 +70,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     named = [r for r in across if r["finding"]]
     false = [r for r in rows if r["layout"] == "inside" and r["finding"]]
     savings = [r["finding"]["saving_ms"] for r in named]
+    across_steps = ", ".join(f"{r['step_ms']:.1f}" for r in across)
+    what_ifs = ", ".join(f"{r['what_if_step_ms']:.1f}" for r in across if r["what_if_step_ms"] is not None)
     errors = [(r["what_if_step_ms"] - statistics.median(inside)) / statistics.median(inside) * 100
               for r in across if r["what_if_step_ms"] is not None]
     lines = [
@@ -80,9 +82,9 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|",
         f"| TP inside nodes (Megatron) | {len(inside)} | {', '.join(f'{s:.1f}' for s in inside)} | "
         f"{len(false)} of {len(inside)} (false alarms) | - | - |",
-        f"| TP across nodes | {len(across)} | {', '.join(f'{r['step_ms']:.1f}' for r in across)} | "
+        f"| TP across nodes | {len(across)} | {across_steps} | "
         f"{len(named)} of {len(across)} | {', '.join(f'{s:.1f}' for s in savings) or '-'} | "
-        f"{', '.join(f'{r['what_if_step_ms']:.1f}' for r in across if r['what_if_step_ms'] is not None)} |",
+        f"{what_ifs} |",
         "",
         f"Measured cost of the bad layout (median across - median inside): {cost:.1f} ms/step; "
         f"finding's saving / measured cost: {', '.join(f'{s / cost:.2f}x' for s in savings) if cost > 0 else '-'}; "

@@ -23,12 +23,11 @@ such a bucket holds one packet at a time); 256 KiB or 2 ms worth of bytes, which
 0.96 of 1, 3.83 of 4 and ~9.5 of 10 Gbit/s. Unshaped, veth carried ~25 Gbit/s and loopback ~34.
 
 Gloo (measured with torch 2.13): with ``GLOO_SOCKET_IFNAME`` unset, Gloo resolves the hostname and binds to
-that address, here eth0's, so a multi-node job works out of the box. But ``sample_traces/train_3d.py`` does
-``os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")``: its ranks then publish 127.0.0.1 and the other node's
-ranks fail within seconds ("Connection refused", as on a real cluster). Pass ``GLOO_SOCKET_IFNAME=""`` (torch
-treats empty as unset: back to the hostname) or ``eth0``; both ran a 2 x 2 job in ~10 s. c10d's TCPStore logs
-"The hostname of the client socket cannot be retrieved. err=-3": it reverse-resolves the peer's IPv4-mapped
-IPv6 address, which /etc/hosts cannot answer; harmless.
+that address, here eth0's, so a multi-node job works out of the box. A script that pins
+``GLOO_SOCKET_IFNAME=lo`` (``sample_traces/train_3d.py`` does, but only when the job is on one node) makes its
+ranks publish 127.0.0.1 and the other node's ranks fail within seconds ("Connection refused"), as on a real
+cluster. c10d's TCPStore logs "The hostname of the client socket cannot be retrieved. err=-3": it
+reverse-resolves the peer's IPv4-mapped IPv6 address, which /etc/hosts cannot answer; harmless.
 
 Teardown always happens: ``__exit__``, on a setup failure, and atexit. A run killed outright (SIGKILL) leaves its
 namespaces behind; every new Cluster removes those whose owner process is gone, found through the marker

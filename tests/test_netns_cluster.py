@@ -66,10 +66,7 @@ def job_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMMPROF_", "NCCL_", "TORCH_FR_", "GLOO_"))}
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    env["OMP_NUM_THREADS"] = "1"
-    # train_3d.py defaults GLOO_SOCKET_IFNAME to "lo", which cannot reach the other node; empty means unset to
-    # torch, so Gloo binds to the address the node's hostname resolves to (eth0's), as on a real cluster
-    env["GLOO_SOCKET_IFNAME"] = ""
+    env["OMP_NUM_THREADS"] = "1"  # GLOO_SOCKET_IFNAME unset: Gloo binds to the hostname's address (eth0's)
     return env
 
 

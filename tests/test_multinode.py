@@ -97,7 +97,8 @@ def assert_one_run(report: dict[str, Any], nodes: int, launch: Launch | None = N
 
 
 def assert_every_trace(launch: Launch, world: int) -> None:
-    traces = sorted(p.name for out in dict.fromkeys(launch.out) for p in (out / "raw" / "traces").glob("rank-*.json.gz"))
+    folders = dict.fromkeys(launch.out)  # a shared folder once
+    traces = sorted(p.name for out in folders for p in (out / "raw" / "traces").glob("rank-*.json.gz"))
     assert traces == sorted(f"rank-{r}.json.gz" for r in range(world)), (traces, launch.explain())
 
 

@@ -66,7 +66,7 @@ def _usage_errors(path: Path) -> Iterator[None]:
 def _make_raw(path: Path) -> None:
     for name in RAW_DIRS:
         (path / "raw" / name).mkdir(parents=True, exist_ok=True)
-    probe = path / f".commprof-probe-{os.getpid()}-{socket.gethostname()}"
+    probe = path / f".commprof-probe-{os.getpid()}-{socket.gethostname()}-{secrets.token_hex(4)}"
     probe.write_bytes(b"")
     probe.unlink()
 
@@ -97,7 +97,7 @@ def claim(path: Path, force: bool, job: JobIdentity | None, first_manifest: dict
                     _make_raw(path)
                     return decision
                 _clear_or_refuse(path, force)  # force: an earlier run, cleared
-            elif path.is_dir() and any(path.iterdir()):
+            elif path.is_dir() and not _being_made(path):
                 _clear_or_refuse(path, force)
             path.mkdir(parents=True, exist_ok=True)
             if _create_exclusive(path / MANIFEST, first_manifest):
@@ -118,14 +118,19 @@ def _settled_manifest(path: Path, wait_s: float = 10.0) -> dict[str, Any] | None
             pass
         except (OSError, ValueError):
             return {}  # unreadable: not this job's (refused, or cleared with force)
-        try:
-            names = {p.name for p in path.iterdir()} if path.is_dir() else set()
-        except OSError:
-            return None
-        being_made = names and all(n == "raw" or n.startswith((f".{MANIFEST}", ".commprof-probe-")) for n in names)
-        if not being_made or time.monotonic() > deadline:
+        if not path.is_dir() or not any(path.iterdir()) or not _being_made(path) or time.monotonic() > deadline:
             return None
         time.sleep(0.2)
+
+
+def _being_made(path: Path) -> bool:
+    """Empty, or holding only what a launcher creating the run writes around its manifest's creation (the
+    manifest itself may appear between two looks: it is read again)."""
+    try:
+        return all(p.name in ("raw", MANIFEST) or p.name.startswith((f".{MANIFEST}", ".commprof-probe-"))
+                   for p in path.iterdir())
+    except OSError:
+        return False
 
 
 def _join_or_refuse(path: Path, existing: dict[str, Any], force: bool, job: JobIdentity | None,
@@ -195,7 +200,7 @@ def _alive(pid: Any) -> bool:
 
 def _create_exclusive(final: Path, doc: dict[str, Any]) -> bool:
     """Write ``doc`` to ``final`` only if no file is there; False when another launcher was first."""
-    tmp = Path(f"{tmp_name(str(final))}-{socket.gethostname()}")  # pids repeat across hosts
+    tmp = Path(f"{tmp_name(str(final))}-{socket.gethostname()}-{secrets.token_hex(4)}")  # pids repeat across hosts
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     try:
         os.link(tmp, final)

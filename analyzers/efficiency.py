@@ -21,9 +21,9 @@ import polars as pl
 
 from commprof.errors import UsageError
 
-PEAK_TIERS = ("nvlink", "pcie", "shm", "ib", "roce", "ethernet", "loopback")
+PEAK_TIERS = ("nvlink", "pcie", "shm", "ib", "roce", "ethernet", "spine", "loopback")
 NETWORK_DEFAULTS = {"ib": 50.0, "roce": 25.0, "ethernet": 12.5}
-TIERS_WITHOUT_PEAK = frozenset({"loopback", "shm", "unknown"})  # efficiency needs a --peak for these
+TIERS_WITHOUT_PEAK = frozenset({"loopback", "shm", "spine", "unknown"})  # efficiency needs a --peak for these
 # (pattern in gpu_name, nvlink GB/s, pcie GB/s); first match wins
 GPU_PEAKS = (
     (r"\bG?B[123]00\b", 900.0, 64.0),

@@ -17,6 +17,11 @@ Sources, first that knows wins (recorded as ``tier_source``):
 4. ``assumed``: nothing measured it. NCCL inside one host -> nvlink (multi-GPU training servers have
    NVLink); across hosts -> what ``--network`` states, else ``unknown``. Host placement inferred from
    ``--gpus-per-node`` (rank // N) is assumed as well.
+
+Then ``switches``: where a switch topology places the hosts (SLURM's topology.conf: ``--switches FILE``, or
+``raw/topology/topology.conf`` in the run), a group on the network whose hosts hang on different leaf switches
+crosses the spine: tier ``spine``, the slower level above the racks, whatever decided its network before (the
+source then says ``switches``). A group with a host the topology does not place keeps its tier.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import polars as pl
 
 from commprof.errors import UsageError
 from commprof.ingest.topology import CommInfo, HostTopology, gpu_index, short_host
-from commprof.vocab import NETWORKS
+from commprof.vocab import NETWORKS, UNKNOWN
 
 GROUP_TIER_SCHEMA = {"pg": pl.String, "tier": pl.String, "tier_source": pl.String, "nodes_spanned": pl.Int32,
                      "nccl_comm": pl.String, "link_gbps": pl.Float64}
@@ -39,6 +44,7 @@ GROUP_TIER_SCHEMA = {"pg": pl.String, "tier": pl.String, "tier_source": pl.Strin
 class TierSettings:
     network: str | None = None  # ib | roce | ethernet: what links groups across nodes, when nothing says
     gpus_per_node: int | None = None  # hosts = rank // N when the traces carry none
+    switches: dict[str, str] = field(default_factory=dict)  # short host name -> its leaf switch (its rack)
 
     def __post_init__(self) -> None:
         if self.network is not None and self.network not in NETWORKS:
@@ -131,6 +137,24 @@ def _backend(backend: str | None, gpu_run: bool) -> str:
     return text
 
 
+def _across_racks(rows: list[dict[str, Any]], place: Placement, pgs: pl.DataFrame, switches: dict[str, str],
+                  warnings: list[str]) -> None:
+    """Network groups whose hosts hang on different leaf switches: tier ``spine`` (module doc)."""
+    unplaced: set[str] = set()
+    for row, group_ranks in zip(rows, pgs["ranks"].to_list(), strict=True):
+        hosts = place.hosts_of(list(group_ranks or [])) if group_ranks else None
+        if not hosts or len(hosts) < 2 or row["tier"] not in (*NETWORKS, UNKNOWN):
+            continue
+        leaves = {switches.get(short_host(h) or h) for h in hosts}
+        if None in leaves:
+            unplaced |= {h for h in hosts if (short_host(h) or h) not in switches}
+        elif len(leaves) > 1:
+            row.update(tier="spine", tier_source="switches")
+    if unplaced:
+        warnings.append(f"the switch topology places no leaf switch for host(s) {', '.join(sorted(unplaced)[:6])}: "
+                        "their groups keep the tier their other sources give")
+
+
 def group_tiers(pgs: pl.DataFrame, ranks: pl.DataFrame, comms: list[CommInfo], topos: dict[str, HostTopology],
                 settings: TierSettings, pg_ops: dict[str, set[str]] | None = None) -> tuple[pl.DataFrame, list[str]]:
     """One row per group: pg, tier, tier_source, nodes_spanned, nccl_comm, link_gbps; and warnings.
@@ -172,6 +196,8 @@ def group_tiers(pgs: pl.DataFrame, ranks: pl.DataFrame, comms: list[CommInfo], t
             else:
                 unknown_spanning += 1
         rows.append(row)
+    if settings.switches:
+        _across_racks(rows, place, pgs, settings.switches, warnings)
     if unknown_spanning:
         warnings.append(f"{unknown_spanning} process group(s) span several hosts and no NCCL log or topology "
                         "capture names their network: tier unknown (pass --network ib|roce|ethernet)")

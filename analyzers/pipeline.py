@@ -222,9 +222,11 @@ def _pg_ops(collectives: pl.DataFrame) -> dict[str, set[str]]:
 
 def step_tiers(w: _Work) -> None:
     s = w.settings
+    switches = dict(s.switches) or w.tables.sidecars.leaf_switches()
     tiers, warnings = group_tiers(
         w.tables.process_groups, w.tables.ranks, w.tables.sidecars.communicators(),
-        w.tables.sidecars.host_topologies(), TierSettings(s.network, s.gpus_per_node), _pg_ops(w.collectives))
+        w.tables.sidecars.host_topologies(), TierSettings(s.network, s.gpus_per_node, switches),
+        _pg_ops(w.collectives))
     w.warnings.extend(warnings)
     w.groups = w.tables.process_groups.join(tiers, on="pg", how="left")
 

@@ -20,3 +20,5 @@ class AnalysisSettings:
     gpus_per_node: int | None = None  # --gpus-per-node: hosts = rank // N when traces carry none
     peaks: dict[str, float] = field(default_factory=dict)  # --peak: GB/s per tier, over the defaults
     what_if: tuple[str, ...] = ()  # --what-if changes, estimated together (analyzers/whatif.py)
+    # --switches: (host, leaf switch) from SLURM's topology.conf, over the run's raw/topology/topology.conf
+    switches: tuple[tuple[str, str], ...] = ()

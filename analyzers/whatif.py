@@ -52,7 +52,8 @@ if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis
 
 # NCCL's per-step latency on each tier (µs): the alpha of the alpha-beta model.
-LATENCY_US = {"nvlink": 1.0, "pcie": 1.0, "shm": 2.0, "ib": 2.0, "roce": 3.0, "ethernet": 12.0, "loopback": 1.0}
+LATENCY_US = {"nvlink": 1.0, "pcie": 1.0, "shm": 2.0, "ib": 2.0, "roce": 3.0, "ethernet": 12.0, "spine": 12.0,
+              "loopback": 1.0}
 BACKWARD_SHARE = 2 / 3  # backward = 2x forward: the share of a step's compute a gradient sync can hide behind
 ASYNC_OVERLAP = 0.05  # a group whose calls ran beside compute for >= 5 % of their time hides behind compute
 MODEL = ("alpha-beta transfer on measured bytes (latency steps x tier latency + bus bytes / bandwidth), "

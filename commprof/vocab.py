@@ -9,9 +9,11 @@ UNKNOWN = "unknown"
 MEGATRON_ORDER = ("tp", "cp", "ep", "dp", "pp")
 DIMENSIONS = (*MEGATRON_ORDER, "world", UNKNOWN)
 
-# Link tiers, fastest first; SLOWNESS ranks them for "the slowest link a group crosses".
-TIERS = ("nvlink", "pcie", "shm", "ib", "roce", "ethernet", "loopback", UNKNOWN)
-SLOWNESS = {"ethernet": 0, "loopback": 1, "roce": 2, "ib": 3, "shm": 4, "pcie": 5, "nvlink": 6}
+# Link tiers, fastest first; SLOWNESS ranks them for "the slowest link a group crosses". "spine": between racks,
+# through the spine switches (a switch topology says the group's hosts hang on different leaf switches), whatever
+# the network: the oversubscribed level above the racks' own links.
+TIERS = ("nvlink", "pcie", "shm", "ib", "roce", "ethernet", "spine", "loopback", UNKNOWN)
+SLOWNESS = {"spine": -1, "ethernet": 0, "loopback": 1, "roce": 2, "ib": 3, "shm": 4, "pcie": 5, "nvlink": 6}
 NETWORKS = ("ib", "roce", "ethernet")  # tiers between nodes, as --network takes them
 
 # Op names (the collectives table's ``op``) and how NCCL's own logs spell them.

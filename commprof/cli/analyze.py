@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,11 @@ WHILE_WAITING: tuple[str | Callable[[], object], ...] = (*LATE_IMPORTS, _first_u
               help="What links groups that span nodes, when no NCCL log or topology capture says.")
 @click.option("--gpus-per-node", type=click.IntRange(1), default=None,
               help="Place rank r on node r // N when the traces carry no host names.")
+@click.option("--switches", "switches_path", type=click.Path(dir_okay=False, path_type=str), default=None,
+              metavar="TOPOLOGY.CONF",
+              help="Which switch each host hangs on, in SLURM's topology.conf form (SwitchName=leaf0 "
+                   "Nodes=gpu[001-016]): a group whose hosts sit under different leaf switches crosses the spine, "
+                   "tier spine. Default: raw/topology/topology.conf in the run, when commprof record found one.")
 @click.option("--peak", "peaks", default=None, metavar="TIER=GB/s,...",
               help="Peak bandwidth per tier for efficiency = busbw / peak, e.g. nvlink=450,ib=50 "
                    "(defaults follow the GPU and the NIC speed in the NCCL log).")
@@ -104,9 +110,9 @@ WHILE_WAITING: tuple[str | Callable[[], object], ...] = (*LATE_IMPORTS, _first_u
 @step_range_option
 @output_options
 def analyze(paths: tuple[str, ...], hta_compat: bool, top: int, workers: int | None, scheduler: str | None,
-            ranks: str | None, layout: str | None, network: str | None, gpus_per_node: int | None, peaks: str | None,
-            what_if: tuple[str, ...], allow_partial: bool, step_range: str | None, fmt: str,
-            output: Path | None) -> None:
+            ranks: str | None, layout: str | None, network: str | None, gpus_per_node: int | None,
+            switches_path: str | None, peaks: str | None, what_if: tuple[str, ...], allow_partial: bool,
+            step_range: str | None, fmt: str, output: Path | None) -> None:
     """Analyze a run directory, a folder of traces (Kineto JSON, nsys SQLite exports) or one trace file.
 
     A job recorded into one folder per node (local disks): give the node folders, or their parent folder;
@@ -120,6 +126,7 @@ def analyze(paths: tuple[str, ...], hta_compat: bool, top: int, workers: int | N
     # unchanged since a run answered with a kept report: that report, before any heavy import (report_cache.py)
     quick = quick_key(request, {
         "hta_compat": hta_compat, "top": top, "layout": layout, "network": network, "gpus_per_node": gpus_per_node,
+        "switches": _file_stamp(switches_path),
         "peaks": peaks, "what_if": list(what_if), "ranks": ranks, "allow_partial": allow_partial,
         "step_range": step_range})
     known = report_cache.quick_load(quick)
@@ -142,6 +149,7 @@ def analyze(paths: tuple[str, ...], hta_compat: bool, top: int, workers: int | N
     settings = AnalysisSettings(
         hta_compat=hta_compat, top=top, layout=parse_layout(layout) if layout else None, network=network,
         gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks), what_if=tuple(what_if),
+        switches=read_switches(switches_path),
     )
     untraced = report_without_traces(paths[0]) if len(paths) == 1 else None
     if untraced is not None:
@@ -153,6 +161,26 @@ def analyze(paths: tuple[str, ...], hta_compat: bool, top: int, workers: int | N
         report = analyzed_report(run, settings, {"ranks": request.ranks, "allow_partial": allow_partial,
                                                  "step_range": step_range}, quick, runner, progress)
     _write(report, fmt, output, render=analysis_text.render_text, markdown=analysis_text.render_markdown)
+
+
+def read_switches(path: str | None) -> tuple[tuple[str, str], ...]:
+    """``--switches FILE`` as (host, leaf switch) pairs (commprof.ingest.switches)."""
+    if path is None:
+        return ()
+    from commprof.ingest.switches import read_topology_conf
+
+    return tuple(sorted(read_topology_conf(Path(path)).items()))
+
+
+def _file_stamp(path: str | None) -> list[Any] | None:
+    """A file option in the report cache's key: its path, size and mtime (an edit makes another key)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path]
+    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
 
 
 def _write(report: dict[str, Any], fmt: str, output: Path | None, render: Callable[[dict[str, Any], Any], None],

@@ -13,8 +13,9 @@ from typing import Any
 import click
 
 from commprof.cli.analyze import analyze as _analyze_command
+from commprof.cli.analyze import read_switches
 
-ANALYSIS_OPTIONS = ("layout", "network", "gpus_per_node", "peaks", "hta_compat", "step_range")
+ANALYSIS_OPTIONS = ("layout", "network", "gpus_per_node", "switches_path", "peaks", "hta_compat", "step_range")
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "127.0.1.1")
 
 
@@ -101,7 +102,8 @@ def host_warning(host: str, port: int) -> str | None:
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None,
               help="Processes that parse traces in parallel (default: one per core).")
 def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, layout: str | None,
-              network: str | None, gpus_per_node: int | None, peaks: str | None, hta_compat: bool,
+              network: str | None, gpus_per_node: int | None, switches_path: str | None, peaks: str | None,
+              hta_compat: bool,
               step_range: str | None) -> None:
     """Open runs (run directories, folders of traces or trace files) in a web dashboard.
 
@@ -113,7 +115,8 @@ def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, la
     from commprof.analyzers.pipeline import AnalysisSettings
 
     settings = AnalysisSettings(hta_compat=hta_compat, layout=parse_layout(layout) if layout else None,
-                                network=network, gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks))
+                                network=network, gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks),
+                                switches=read_switches(switches_path))
     warning = host_warning(host, port)
     if warning:
         click.echo(warning, err=True)

@@ -25,6 +25,8 @@ NCCL_COMMS = pl.Schema({"comm_id": pl.String(), "ranks": pl.List(pl.Int32()), "t
                         "ops": pl.List(pl.String()), "colls": pl.Int64(), "link_gbps": pl.Float64()})
 TOPOLOGY = pl.Schema({"host": pl.String, "gpu_a": pl.Int32, "gpu_b": pl.Int32, "path": pl.String})
 IB_PORTS = pl.Schema({"host": pl.String, "link_layer": pl.String, "gbps": pl.Float64})
+SWITCHES = pl.Schema({"host": pl.String, "switch": pl.String})
+TOPOLOGY_CONF = "topology.conf"  # raw/topology/topology.conf: SLURM's switch tree, copied by record
 # Per host, what NCCL's set-up chose (the findings' evidence for Socket fallback, GDR/P2P disabled, NVLS):
 # links are distinct (communicator, channel, from, to) connections the logs printed.
 _COUNTS = ("ib_nics", "gdr_enabled_nics", "gdr_disabled_nics", "net_links", "socket_links", "ib_links", "gdr_links",
@@ -41,6 +43,11 @@ class SidecarTables:
     nccl_setup: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NCCL_SETUP))  # one row per host
     # each dumping rank's process groups as Flight Recorder names them (pg_config)
     flight_recorder_groups: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=FR_GROUPS))
+    # host -> its leaf switch, from raw/topology/topology.conf (SLURM's form; commprof.ingest.switches)
+    switches: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=SWITCHES))
+
+    def leaf_switches(self) -> dict[str, str]:
+        return dict(self.switches.select("host", "switch").iter_rows())
 
     def communicators(self) -> list[CommInfo]:
         return [CommInfo(r["comm_id"], frozenset(r["ranks"]), r["tier"], set(r["ops"]), r["colls"], r["link_gbps"])
@@ -76,6 +83,7 @@ def _inputs(root: Path) -> list[Path]:
     folder = root / "raw" / "topology"
     if folder.is_dir():
         files += sorted(p for p in folder.glob("*.json") if p.is_file())
+        files += [p for p in (folder / TOPOLOGY_CONF,) if p.is_file()]
     return sorted(set(files) | set(find_dumps(root)))
 
 
@@ -108,7 +116,8 @@ def load_sidecars(roots: Sequence[Path], ranks: pl.DataFrame, world_size: int | 
     comms, setup = _nccl_comms(roots, ranks, world_size, warnings)
     fr_entries, fr_groups = read_dumps(sorted({d for root in roots for d in find_dumps(root)},
                                                    key=lambda d: (dump_rank(d) or 0, str(d))), warnings)
-    tables = SidecarTables(comms, *_topology(roots), fr_entries, tuple(warnings), setup, fr_groups)
+    tables = SidecarTables(comms, *_topology(roots), fr_entries, tuple(warnings), setup, fr_groups,
+                           _switches(roots, warnings))
     _write_cache(folder, key, tables)
     return tables
 
@@ -177,6 +186,20 @@ def _topology(roots: Sequence[Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
     return pl.DataFrame(cells, schema=TOPOLOGY), pl.DataFrame(ports, schema=IB_PORTS)
 
 
+def _switches(roots: Sequence[Path], warnings: list[str]) -> pl.DataFrame:
+    from commprof.ingest.switches import read_topology_conf
+
+    leaf: dict[str, str] = {}
+    for root in roots:
+        path = root / "raw" / "topology" / TOPOLOGY_CONF
+        if path.is_file():
+            try:
+                leaf.update(read_topology_conf(path))
+            except CommprofError as err:
+                warnings.append(f"{err}; tiers are decided without it")
+    return pl.DataFrame(list(leaf.items()), schema=SWITCHES, orient="row")
+
+
 def _read_cache(folder: Path, key: str) -> SidecarTables | None:
     try:
         meta = json.loads((folder / "key.json").read_text())
@@ -186,10 +209,10 @@ def _read_cache(folder: Path, key: str) -> SidecarTables | None:
     except (OSError, ValueError, RecursionError, pl.exceptions.PolarsError):
         return None
     return SidecarTables(frames[0], frames[1], frames[2], frames[3], tuple(meta.get("warnings") or ()), frames[4],
-                         frames[5])
+                         frames[5], frames[6])
 
 
-_NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder", "nccl_setup", "flight_recorder_groups")
+_NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder", "nccl_setup", "flight_recorder_groups", "switches")
 
 
 def _write_cache(folder: Path, key: str, tables: SidecarTables) -> None:

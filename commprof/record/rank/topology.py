@@ -12,7 +12,7 @@ import socket
 import subprocess
 from typing import Any
 
-from .files import atomic_write_json, utc_now_iso
+from .files import atomic_write_bytes, atomic_write_json, utc_now_iso
 
 _TIMEOUT_S = 15.0
 
@@ -82,13 +82,33 @@ def capture(host: str | None = None) -> dict[str, Any]:
     return info
 
 
-def write(run_dir: str, host: str | None = None) -> str:
+def write(run_dir: str, host: str | None = None, environ: dict[str, str] | None = None) -> str:
     info = capture(host)
     folder = os.path.join(run_dir, "raw", "topology")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{safe_host(info['host'])}.json")
     atomic_write_json(path, info)
+    copy_switch_topology(folder, os.environ if environ is None else environ)
     return path
+
+
+def switch_topology(environ: Any) -> str | None:
+    """SLURM's switch tree (topology.conf) of this cluster: beside ``SLURM_CONF``, else in /etc/slurm."""
+    candidates = [os.path.join(os.path.dirname(environ["SLURM_CONF"]), "topology.conf")] if environ.get(
+        "SLURM_CONF") else []
+    candidates += ["/etc/slurm/topology.conf", "/etc/slurm-llnl/topology.conf"]
+    return next((c for c in candidates if os.path.isfile(c)), None)
+
+
+def copy_switch_topology(folder: str, environ: Any) -> None:
+    """raw/topology/topology.conf: which switch each host hangs on (ingest places groups across racks with it).
+    Every node's launcher copies the same file, each atomically."""
+    found = switch_topology(environ)
+    if found is None:
+        return
+    with open(found, "rb") as fh:
+        data = fh.read(1 << 20)
+    atomic_write_bytes(os.path.join(folder, "topology.conf"), data)
 
 
 def safe_host(host: str) -> str:

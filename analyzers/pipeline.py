@@ -103,6 +103,15 @@ class Analysis:
         matrix: tuple[pl.DataFrame, int] = traffic_matrix(self.collectives, self.process_groups, n_steps)
         return matrix
 
+    @cached_property
+    def host_pairs(self) -> pl.DataFrame:
+        """host_a, host_b, groups, calls, busbw_gbps, tier: what each pair of hosts reached
+        (analyzers/host_pairs.py)."""
+        from commprof.analyzers.host_pairs import host_pairs
+
+        pairs: pl.DataFrame = host_pairs(self.collectives, self.process_groups, self.ranks)
+        return pairs
+
     @property
     def traffic(self) -> pl.DataFrame:
         """src, dst, dimension, tier, bytes_per_step (analyzers/traffic.py)."""

@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--racks", type=int, default=1)
     parser.add_argument("--shape", choices=[*SHAPES, "separate"], default="shared")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "cluster-demo")
+    parser.add_argument("--tp", type=int, default=2, help="TP group size (dp takes the rest)")
     parser.add_argument("--tp-across-nodes", action="store_true", help="TP groups spread over the nodes")
     args = parser.parse_args(argv)
     why = cluster_unavailable()
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
-    train = train_args(args.nodes, tp_across=args.tp_across_nodes)
+    train = train_args(args.nodes, tp=args.tp, tp_across=args.tp_across_nodes)
     with Cluster(nodes=args.nodes, racks=args.racks) as cluster:
         print(f"cluster-demo: {args.nodes} nodes x {PER_NODE} ranks ({', '.join(n.name for n in cluster.nodes)}), "
               f"{cluster.node_gbit} Gbit/s links; recording {' '.join(train)} ({args.shape}) into {args.out}")

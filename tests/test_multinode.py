@@ -276,3 +276,40 @@ def test_nodes_with_different_versions_are_a_warning(two_nodes: Cluster, base: P
     assert "nodes run different torch versions" in said and "2.12.1 on node1" in said, said
     assert "nodes set NCCL_ALGO differently" in said, said
     assert_one_run(report, 2)
+
+
+# --- tiers measured, not assumed: racks ---------------------------------------------------------------------------
+
+
+def test_groups_across_racks(base: Path) -> None:
+    """4 nodes on 2 racks, the spine shaped to 0.2 Gbit/s (the racks' own links 4): tp=4 keeps each TP group in
+    one rack (2 nodes), DP crosses the racks. With SLURM's topology.conf (found beside SLURM_CONF by record and
+    copied into the run), DP is on tier spine and TP on the network of its rack; without it, the host pairs
+    measured tell the two levels apart."""
+    why = cluster_unavailable()
+    if why:
+        pytest.skip(why)
+    slurm = base / "slurm"
+    slurm.mkdir()
+    (slurm / "topology.conf").write_text("# two racks under one spine\nSwitchName=leaf0 Nodes=node[0-1]\n"
+                                         "SwitchName=leaf1 Nodes=node[2-3]\nSwitchName=spine Switches=leaf[0-1]\n")
+    with Cluster(nodes=4, racks=2, node_gbit=4.0, rack_gbit=0.2) as cluster:
+        launch = torchrun_per_node(cluster, base / "racks", train=train_args(4, tp=4) + ["--batch", "256"],
+                                   env=job_env(SLURM_CONF=str(slurm / "slurm.conf")), timeout=240)
+    assert not any(launch.codes), launch.explain()
+    assert (base / "racks" / "raw" / "topology" / "topology.conf").is_file()
+    report = analyze_json(base / "racks")
+    groups = groups_by_desc(report)
+    for members in ((0, 4), (1, 5), (2, 6), (3, 7)):
+        dp = groups[("mesh_dp", members)]
+        assert (dp["tier"], dp["tier_source"]) == ("spine", "switches"), dp
+    for members in ((0, 1, 2, 3), (4, 5, 6, 7)):
+        tp = groups[("mesh_tp", members)]
+        assert (tp["tier"], tp["tier_source"], tp["nodes_spanned"]) == ("ethernet", "hosts", 2), tp
+    pairs = {(p["host_a"], p["host_b"]): p["busbw_gbps"] for p in report["skew"]["host_pairs"]}
+    in_rack = [pairs[("node0", "node1")], pairs[("node2", "node3")]]
+    across = [pairs[("node0", "node2")], pairs[("node1", "node3")]]
+    assert max(across) < 0.5 * min(in_rack), pairs
+    (base / "racks" / "raw" / "topology" / "topology.conf").unlink()
+    unlabelled = groups_by_desc(analyze_json(base / "racks"))
+    assert unlabelled[("mesh_dp", (0, 4))]["tier"] == "ethernet"  # no switch topology: the hosts' tier

@@ -107,6 +107,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
             "match_by": analysis.match_by,
             "unmatched_calls": analysis.unmatched_calls,
             "host_clocks": analysis.host_clocks.to_dicts(),
+            "host_pairs": analysis.host_pairs.to_dicts(),
             "stragglers": _rows(analysis.stragglers, STRAGGLER_KEYS),
         },
         "findings_computed": analysis.findings_computed,

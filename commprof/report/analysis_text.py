@@ -65,6 +65,7 @@ DIM_TIER_COLUMNS = ["dim", "tier", "groups", "ops/step", "bytes/step", "comm ms/
                     "· wait", "· transfer", "share of step", "busbw GB/s", "eff"]
 SKEW_COLUMNS = ["rank", "others wait for it ms/step", "last at", "its own wait ms/step", "longest wait ms", "on"]
 CLOCK_COLUMNS = ["host", "offset µs", "residual µs", "calls used", "fit"]
+PAIR_COLUMNS = ["host", "host", "groups", "calls", "busbw GB/s", "tier"]
 DIM_TIER_TITLE = "Communication by dimension and tier (per rank and step; share = exposed / step time)"
 
 
@@ -209,6 +210,30 @@ def clock_title(report: dict[str, Any]) -> str:
             f"and residuals; {n - MAX_HOST_ROWS:,} more in --format json")
 
 
+def pair_rows(report: dict[str, Any], limit: int = MAX_HOST_ROWS) -> list[list[str]]:
+    """What each pair of hosts reached (slowest first); past ``limit`` the slowest and the fastest half each."""
+    pairs = report["skew"].get("host_pairs") or []
+    if len(pairs) > limit:
+        pairs = pairs[: limit // 2] + pairs[-(limit - limit // 2):]
+    return [[p["host_a"], p["host_b"], str(p["groups"]), f"{p['calls']:,}", fmt_gbps(p["busbw_gbps"]), p["tier"]]
+            for p in pairs]
+
+
+def pair_title(report: dict[str, Any]) -> str:
+    n = len(report["skew"].get("host_pairs") or [])
+    title = "Host pairs (measured busbw, slowest first)"
+    return title if n <= MAX_HOST_ROWS else f"{title}: the {MAX_HOST_ROWS // 2} slowest and fastest of {n:,}"
+
+
+def tier_sources(report: dict[str, Any]) -> str:
+    """How the groups' tiers were decided, counted: "tiers from hosts 4, switches 3"."""
+    counts: dict[str, int] = {}
+    for g in report["process_groups"]:
+        if g.get("tier_source"):
+            counts[g["tier_source"]] = counts.get(g["tier_source"], 0) + 1
+    return "tiers from " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) if counts else ""
+
+
 def skew_title(report: dict[str, Any]) -> str:
     how = {"seq": "by (pg, seq)", "order": "by call order per group (no seq in the trace)",
            "seq and order": "by (pg, seq), else call order"}.get(report["skew"]["match_by"], "")
@@ -242,6 +267,7 @@ def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str
         ("Top collectives by exposed time (all ranks)", TOP_COLUMNS, top_rows(report)),
         (skew_title(report), SKEW_COLUMNS, skew_rows(report)),
         (clock_title(report), CLOCK_COLUMNS, clock_rows(report)),
+        (pair_title(report), PAIR_COLUMNS, pair_rows(report)),
         hang_section(report),
     ]
 
@@ -263,7 +289,8 @@ def render_text(report: dict[str, Any], console: Console) -> None:
         if not rows:
             continue
         if title.startswith("Process groups"):
-            title += " (calls: AR all-reduce, AG all-gather, RS reduce-scatter, A2A all-to-all, BC broadcast)"
+            title += " (calls: AR all-reduce, AG all-gather, RS reduce-scatter, A2A all-to-all, BC broadcast"
+            title += f"; {tier_sources(report)})" if tier_sources(report) else ")"
         table = Table(title=title, title_justify="left", header_style="bold")
         for i, col in enumerate(columns):
             left = i == 0 or (columns is not DIST_COLUMNS and (i < 2 or col in {"desc", "ops", "dim", "tier", "op"}))

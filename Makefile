@@ -35,10 +35,15 @@ test: lint pytest
 
 # the fault zoo: every fault of tests/zoo/train_zoo.py and its clean twins recorded 3 times on 4 Gloo ranks, each
 # fault's cost by A/B inside one job twice, the calibration table printed and written to ZOO_OUT/calibration.md
-# (about 35 min on 2 cores). ZOO_ARGS="--reps 1 --faults slow_rank,clean"; --reanalyze DIR re-judges old recordings.
-ZOO_OUT ?= runs/zoo-$(shell date -u +%Y%m%d-%H%M%S)
+# (about 35 min on 2 cores); then the multi-node case (make zoo-layout) into ZOO_OUT/layout. ZOO_ARGS="--reps 1 --faults slow_rank,clean"; --reanalyze DIR re-judges old recordings.
+ifeq ($(origin ZOO_OUT), undefined)
+ZOO_OUT := runs/zoo-$(shell date -u +%Y%m%d-%H%M%S)
+endif
 zoo: $(STAMP)
 	$(BIN)/python tests/zoo/zoo.py --out $(ZOO_OUT) $(ZOO_ARGS)
+	@# the multi-node case (TP inside vs across nodes) on a namespace cluster; exit 2: no namespaces here (not root)
+	@$(BIN)/python tests/zoo/layout_zoo.py --out $(ZOO_OUT)/layout $(ZOO_LAYOUT_ARGS); s=$$?; \
+		if [ $$s -eq 2 ]; then echo "zoo: the layout case needs network namespaces (root); skipped"; else exit $$s; fi
 
 # a job across a cluster of network namespaces (root): nodes with their own hostname and loopback, linked at 4 Gbit/s
 # (tests/netns_cluster.py), sample_traces/train_3d.py recorded by one commprof record per node into one folder,

@@ -154,6 +154,23 @@ def test_one_folder_per_node_joined_when_analyzed(two_nodes: Cluster, base: Path
     assert groups_by_desc(by_parent).keys() == groups_by_desc(by_paths).keys()
     # each node's launcher said what it recorded and how to analyze the whole job
     assert any("analyze the nodes' folders together" in log for log in launch.logs), launch.explain()
+    # every command opens the node folders as one run
+    commprof = str(BIN / "commprof")
+    check = subprocess.run([commprof, "check", str(node0), str(node1), "--format", "json"], capture_output=True,
+                           text=True, env=job_env(), timeout=120)
+    assert check.returncode in (0, 1), check.stderr
+    assert json.loads(check.stdout)["report"]["run"]["ranks_analyzed"] == 4
+    trace = base / "local-2.perfetto.json"
+    export = subprocess.run([commprof, "export", str(node0), str(node1), "--perfetto", str(trace)],
+                            capture_output=True, text=True, env=job_env(), timeout=120)
+    assert export.returncode == 0 and "4 ranks" in export.stderr, export.stderr
+    diff = subprocess.run([commprof, "diff", str(base / "local-2"), str(node0), str(node1), "--format", "json"],
+                          capture_output=True, text=True, env=job_env(), timeout=120)
+    assert diff.returncode == 0, diff.stderr  # the parent, and the two node folders as one run: two runs
+    from commprof.cli.dashboard import load_runs
+
+    runs, failures, keys = load_runs([str(node0), str(node1)])
+    assert not failures and len(runs) == 1 and next(iter(runs.values())).source.kind == "job"
 
 
 # --- the same job on one node and on two: the same groups, dimensions, calls and bytes -------------------------
@@ -313,3 +330,31 @@ def test_groups_across_racks(base: Path) -> None:
     (base / "racks" / "raw" / "topology" / "topology.conf").unlink()
     unlabelled = groups_by_desc(analyze_json(base / "racks"))
     assert unlabelled[("mesh_dp", (0, 4))]["tier"] == "ethernet"  # no switch topology: the hosts' tier
+
+
+# --- 3-D parallelism's rule of thumb: TP belongs inside the node --------------------------------------------------
+
+
+def test_tp_across_nodes_is_found_and_its_fix_estimated(base: Path,
+                                                        shared_two: tuple[Launch, dict[str, Any]]) -> None:
+    """The same training with only the rank order changed (TP slowest: TP across the nodes, DP inside them), on
+    0.5 Gbit/s links with a TP all-reduce of 512 KiB x 4 per step: the tp_across_nodes finding, with a saving,
+    and the layout what-if for Megatron's placement. The calibration against measured runs is make zoo-layout's
+    (docs/findings.md); the Megatron-ordered run (shared_two) never gets the finding."""
+    why = cluster_unavailable()
+    if why:
+        pytest.skip(why)
+    assert not [f for f in shared_two[1]["findings"] if f["id"] == "tp_across_nodes"]
+    with Cluster(nodes=2, node_gbit=0.5) as cluster:
+        launch = torchrun_per_node(cluster, base / "tp-across", train=train_args(2, tp_across=True) + [
+            "--batch", "512", "--tp-layers", "4"])
+    assert launch.codes == [0, 0], launch.explain()
+    report = analyze_json(base / "tp-across", extra=("--what-if", "layout:tp=2,dp=2"))
+    groups = groups_by_desc(report)
+    assert (groups[("mesh_tp", (0, 2))]["tier"], groups[("mesh_dp", (0, 1))]["tier"]) == ("ethernet", "loopback")
+    found = [f for f in report["findings"] if f["id"] == "tp_across_nodes"]
+    assert found and found[0]["saving_ns_per_step"] > 0, report["findings"]
+    assert "what-if tp:loopback dp:ethernet" in found[0]["saving_model"]
+    what_if = report["what_if"]
+    assert what_if["totals"]["step_ns_after"] < what_if["totals"]["step_ns"]
+    assert "a CPU run: each tier's bandwidth is what this run reached there" in what_if["method"]

@@ -165,9 +165,8 @@ def _finish(run_dir: Path, doc: dict[str, Any], returncode: int, settings: Recor
         unwritten = None
     except OSError as err:  # the manifest itself could not be written (full disk, file system gone)
         sidecars, unwritten = manifest.read_sidecars(run_dir)[0], err
-    traces = sorted(str(run_dir / info["files"]["trace"]) for info in doc.get("ranks") or []
-                    if (info.get("files") or {}).get("trace"))
-    traces = [str(Path(t).relative_to(run_dir)) for t in traces]
+    traces = sorted(str(info["files"]["trace"]) for info in doc.get("ranks") or []
+                    if (info.get("files") or {}).get("trace"))  # this launcher's ranks' (run-relative)
     warnings = window_warnings(sidecars, settings, disk_full=disk_full) if sidecars or not disk_full else [
         "no rank could write its status file (the disk is full): whether they profiled is unknown"]
     if disk_full:
@@ -195,7 +194,7 @@ def _own_files(run_dir: Path, doc: dict[str, Any]) -> Callable[[str], bool]:
         if name.startswith("rank-"):
             head = name[5:].split(".", 1)[0]
             return head.isdigit() and int(head) in ranks
-        return host in name.split(".") or name.startswith(f"{doc['launcher']['id']}.")
+        return f".{host}." in f".{name}." or name.startswith(f"{doc['launcher']['id']}.")
 
     return mine
 
@@ -209,9 +208,12 @@ class JobState:
     traced: frozenset[int]
     own: frozenset[int]
     running: int
+    named: bool  # the launcher belongs to a named job (several launchers); else it is the whole job
 
     @property
     def whole(self) -> bool:
+        if not self.named:
+            return True  # one launcher: its ranks without a trace died or never profiled, and the analysis says so
         return self.running == 0 and (self.world_size is None or len(self.traced) >= self.world_size)
 
 
@@ -224,7 +226,7 @@ def job_state(run_dir: Path, doc: dict[str, Any]) -> JobState:
     running = sum(1 for n in merged.get("nodes") or [merged] if n.get("status") == "running")
     sizes = [merged.get("world_size"), doc.get("world_size")]
     world = max((s for s in sizes if isinstance(s, int)), default=None)
-    return JobState(world, frozenset(traced), frozenset(own), running)
+    return JobState(world, frozenset(traced), frozenset(own), running, named=doc.get("job") is not None)
 
 
 def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings, disk_full: bool = False) -> list[str]:

@@ -80,13 +80,13 @@ def record(settings: RecordSettings, command: list[str], echo: Callable[[str], N
         rank_env = environment.build(os.environ, wanted, settings, shim_dir, command)
         doc = manifest.start(command, settings.as_manifest(), rank_env.used, job)
         doc["notes"].extend(rank_env.notes)
-        claim = rundir.claim(wanted, settings.force, job, doc)
+        claim = rundir.claim(wanted, settings.force, job, doc)  # a full disk for manifest.json: exit 2, here
         run_dir = claim.run_dir
-        try:
-            manifest.write(run_dir, doc)
-        except OSError as err:  # the probe file was empty: a full disk shows here, before the job starts
-            raise UsageError(f"cannot write the manifest: {(err.strerror or str(err)).lower()}; free some space "
-                             "there or record elsewhere (-o)", run_dir / manifest.MANIFEST) from None
+        try:  # "running" for the other launchers of the job; without room it is written at the end, or never
+            manifest.write_part(run_dir, doc)
+        except OSError as err:
+            say(f"commprof: warning: cannot write this launcher's part of the manifest yet "
+                f"({(err.strerror or str(err)).lower()}); the job starts all the same")
         say(f"commprof: {claim.note}" if claim.note else f"commprof: recording into {run_dir}")
         returncode = run_child(command, rank_env.env, topology_for=run_dir if settings.topology else None)
         return _finish(run_dir, doc, returncode, settings)

@@ -70,8 +70,12 @@ def start(command: list[str], settings: dict[str, Any], env_used: dict[str, Any]
 
 def write(run_dir: Path, manifest: dict[str, Any]) -> None:
     """This launcher's part, then the union of every part as ``manifest.json``."""
-    atomic_write_json(str(run_dir.joinpath(*PARTS_DIR, f"{manifest['launcher']['id']}.json")), manifest)
+    write_part(run_dir, manifest)
     write_snapshot(run_dir)
+
+
+def write_part(run_dir: Path, manifest: dict[str, Any]) -> None:
+    atomic_write_json(str(run_dir.joinpath(*PARTS_DIR, f"{manifest['launcher']['id']}.json")), manifest)
 
 
 def write_snapshot(run_dir: Path) -> None:

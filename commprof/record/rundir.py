@@ -201,8 +201,8 @@ def _alive(pid: Any) -> bool:
 def _create_exclusive(final: Path, doc: dict[str, Any]) -> bool:
     """Write ``doc`` to ``final`` only if no file is there; False when another launcher was first."""
     tmp = Path(f"{tmp_name(str(final))}-{socket.gethostname()}-{secrets.token_hex(4)}")  # pids repeat across hosts
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     try:
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
         os.link(tmp, final)
     except FileExistsError:
         return False

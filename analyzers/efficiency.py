@@ -65,10 +65,13 @@ def gpu_peaks(gpu_name: str | None) -> tuple[float | None, float | None]:
 
 
 def peak_gbps(tier: str | None, gpu_name: str | None, link_gbps: float | None = None,
-              overrides: dict[str, float] | None = None) -> float | None:
-    """The peak a collective on ``tier`` can reach, GB/s per GPU and direction (None: no peak)."""
+              overrides: dict[str, float] | None = None, defaults: bool = True) -> float | None:
+    """The peak a collective on ``tier`` can reach, GB/s per GPU and direction (None: no peak). ``defaults``
+    False (a CPU run: Gloo's TCP, whose pace the cores set, not a NIC's): only a ``--peak`` gives one."""
     if overrides and tier in overrides:
         return overrides[tier]
+    if not defaults:
+        return None
     if tier in NETWORK_DEFAULTS:
         return link_gbps if link_gbps else NETWORK_DEFAULTS[tier]
     if tier in ("nvlink", "pcie"):
@@ -77,10 +80,12 @@ def peak_gbps(tier: str | None, gpu_name: str | None, link_gbps: float | None = 
     return None
 
 
-def with_peaks(groups: pl.DataFrame, gpu_name: str | None, overrides: dict[str, float] | None) -> pl.DataFrame:
+def with_peaks(groups: pl.DataFrame, gpu_name: str | None, overrides: dict[str, float] | None,
+               defaults: bool = True) -> pl.DataFrame:
     """Add ``peak_gbps`` to process groups that carry ``tier`` and ``link_gbps``."""
     links = groups["link_gbps"].to_list() if "link_gbps" in groups.columns else [None] * groups.height
-    peaks = [peak_gbps(t, gpu_name, link, overrides) for t, link in zip(groups["tier"].to_list(), links, strict=True)]
+    peaks = [peak_gbps(t, gpu_name, link, overrides, defaults)
+             for t, link in zip(groups["tier"].to_list(), links, strict=True)]
     return groups.with_columns(pl.Series("peak_gbps", peaks, dtype=pl.Float64))
 
 

@@ -249,7 +249,10 @@ def step_dimensions(w: _Work) -> None:
 
 def step_efficiency(w: _Work) -> None:
     gpu_name = next(iter(w.tables.ranks["gpu_name"].drop_nulls().to_list()), None)
-    pgs = with_peaks(w.groups, gpu_name, w.settings.peaks)
+    # a CPU run's links are TCP paced by its cores: a NIC's default peak would read as a 0 % efficiency
+    cpu_run = "gpu" not in set(w.tables.ranks["mode"].drop_nulls().to_list()) if "mode" in w.tables.ranks.columns \
+        else False
+    pgs = with_peaks(w.groups, gpu_name, w.settings.peaks, defaults=not cpu_run)
     order = ["pg", "desc", "ranks", "size", "backend", "dimension", "dimension_source", "confidence", "tier",
              "tier_source", "nodes_spanned"]
     w.groups = pgs.select(order + [c for c in pgs.columns if c not in order])

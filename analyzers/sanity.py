@@ -15,7 +15,9 @@ run on comparable clocks. Three checks, each naming the ranks and why:
   together.
 * **Last word**: a rank whose process died without one (SIGKILL, or its node died: its exit handler never
   ran) while other ranks of the job ended properly has files older than theirs: its Flight Recorder dump
-  stops where its last window closed, so "behind its group" would be its death read as a desync.
+  stops where its last window closed, so "behind its group" would be its death read as a desync. The ranks
+  that survived it stopped on that failure, each at its own point: the desync rule then does not read where
+  their dumps end as a hang either (a different collective at one sequence number still counts).
 
 The doubtful ranks stay in every table and summary (their numbers are what the traces say); only the
 rules that blame a rank skip the calls they took part in.
@@ -136,7 +138,8 @@ def _last_word(ends: tuple[tuple[int, str], ...]) -> tuple[list[tuple[int, str]]
     why = (f"its process died without a last word (SIGKILL, or its node died) while ranks {_ranks_text(ended)} "
            "ended: its Flight Recorder dump and status are older than theirs")
     return [(r, why) for r in died], [f"ranks {_ranks_text(died)}: {why}; no straggler or desync finding rests on "
-                                      "them"]
+                                      "them, and where the other ranks' Flight Recorder dumps end is not read as a "
+                                      "hang (they stopped on that failure, each where it was)"]
 
 
 def check_ranks(step_marks: pl.DataFrame, host_clocks: pl.DataFrame, ranks: pl.DataFrame,

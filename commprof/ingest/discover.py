@@ -6,6 +6,7 @@ import json
 import os
 import re
 import stat
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,7 +301,7 @@ def _join(sources: list[Source], given: tuple[Path, ...], root: Path | None = No
                          "them with `commprof diff`")
     folders = tuple(dict.fromkeys(s.root for s in sources if s.kind != "file"))
     traces = [t if root is not None else t.absolute() for s in sources for t in s.traces]
-    dupes = {t for t in traces if traces.count(t) > 1}
+    dupes = [t for t, n in Counter(traces).items() if n > 1]
     if dupes:
         raise InputError(f"the same trace is given twice ({sorted(dupes)[0]}): give each node's folder once")
     problems = [q for s in sources for q in s.problems]

@@ -210,7 +210,7 @@ class Run:
             synthetic=bool(manifest.get("synthetic", False)),
             hosts=tuple(sorted({h for h in ranks["host"].to_list() if h})),
             modes=tuple(sorted(set(ranks["mode"].drop_nulls().to_list()))),
-            manifest=self.manifest, rank_ends=_rank_ends(self.source),
+            manifest=self.manifest, rank_ends=_rank_ends(self.ingested.sidecars),
         )
         shared = Counter(store.part_file(rf.meta, rf.entry.stem) for rf in self.rank_files)
         files = tuple((rf.rank, _interval_source(self.ingested.cache, rf, shared)) for rf in self.rank_files)
@@ -218,10 +218,10 @@ class Run:
                          tuple(self.warnings) + self.group_union.warnings + sidecars.warnings)
 
 
-def _rank_ends(source: Source) -> tuple[tuple[int, str], ...]:
+def _rank_ends(sidecars: list[dict[str, Any]]) -> tuple[tuple[int, str], ...]:
     """How each rank's process ended, as its sidecar says (RunFacts.rank_ends)."""
     ends = {}
-    for sc in store.read_sidecars(source)[0]:
+    for sc in sidecars:
         if type(sc.get("rank")) is not int:
             continue
         window = sc.get("window")

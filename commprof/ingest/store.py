@@ -493,6 +493,7 @@ class Ingested:
     # the ranks of those files: a trace of unknown rank is numbered as in the whole run (file order skips them)
     left_out_ranks: frozenset[int] = frozenset()
     problems: list[str] = field(default_factory=list)  # sidecar fields dropped, and why
+    sidecars: list[dict[str, Any]] = field(default_factory=list)  # the rank sidecars read (read_sidecars)
 
     def meta_of(self, entry: FileEntry) -> dict[str, Any]:
         for e, meta in zip(self.entries, self.metas, strict=True):
@@ -558,6 +559,7 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     if place.writable and (todo or moved or set(known) != listed):
         _write_index(cache, known, listed, entries, metas, sidecar_key)
     return Ingested(cache, entries, metas, len(todo), len(everything) - len(entries), problems=problems,
+                    sidecars=sidecars,
                     left_out_ranks=frozenset(left_out_ranks))
 
 

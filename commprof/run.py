@@ -14,6 +14,7 @@ import polars as pl
 from commprof.errors import InputError, printable
 from commprof.ingest import store
 from commprof.ingest.discover import Source, discover_paths, manifest_warnings
+from commprof.ingest.job_parts import ranges as _ranges
 from commprof.ingest.runner import ProgressFn, Runner
 from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
 
@@ -349,19 +350,6 @@ def _subset(out: list[RankFile], wanted: frozenset[int], world: int | None,
     warnings.append(f"analyzing {len(kept)}{total} ranks (--ranks {_ranges([rf.rank for rf in kept])}): waits and "
                     "skew compare these ranks only, group totals cover only them")
     return kept, warnings
-
-
-def _ranges(ranks: list[int]) -> str:
-    """0-7,64,128: runs of consecutive ranks as a-b."""
-    parts: list[str] = []
-    for r in ranks:
-        if parts and "-" in parts[-1] and int(parts[-1].split("-")[1]) == r - 1:
-            parts[-1] = f"{parts[-1].split('-')[0]}-{r}"
-        elif parts and "-" not in parts[-1] and int(parts[-1]) == r - 1:
-            parts[-1] = f"{parts[-1]}-{r}"
-        else:
-            parts.append(str(r))
-    return ",".join(parts)
 
 
 def open_run(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from commprof.analyzers import lateness, whatif
+from commprof.analyzers import calibration, lateness, whatif
 from commprof.analyzers.findings import Finding
 from commprof.vocab import MEGATRON_ORDER, P2P_OPS, SEVERITIES, UNKNOWN
 
@@ -83,13 +83,18 @@ def steps_of(frame: pl.DataFrame) -> tuple[int, ...]:
 
 # ------------------------------------------------------------------------------------------ straggler
 
-def straggler_lateness(c: Ctx) -> list[lateness.Late]:
+def straggler_lateness(c: Ctx, window: frozenset[int] | None = None) -> list[lateness.Late]:
     """The stragglers: per group, the rank its peers wait for step after step (analyzers/lateness.py
     judges it over steps and says how sure it is), on groups seen whole, classified or not, leaving out
-    calls with a rank whose clock or run is in doubt."""
+    calls with a rank whose clock or run is in doubt. ``window``: judge only these steps (the calibration
+    cuts recordings into windows of the step counts people record, tests/zoo/calibrate.py)."""
     traced = int(c.a.ranks.height)
-    judged, scope = lateness.judged_calls(c.calls, c.doubtful, traced, c.a.facts.world_size)
-    work = lateness.rank_work(c.a.steps.filter(~pl.col("rank").is_in(list(c.doubtful))))
+    calls, steps = c.calls, c.a.steps
+    if window is not None:
+        calls = calls.filter(pl.col("step").is_in(list(window)))
+        steps = steps.filter(pl.col("step").is_in(list(window)))
+    judged, scope = lateness.judged_calls(calls, c.doubtful, traced, c.a.facts.world_size)
+    work = lateness.rank_work(steps.filter(~pl.col("rank").is_in(list(c.doubtful))))
     stage_of = lateness.pipeline_stages(c.a.process_groups)
     found = [x for x in lateness.late_ranks(judged, scope, work, stage_of) if lateness.is_straggler(x, c.step_ns)]
     best: dict[str, lateness.Late] = {}
@@ -99,12 +104,25 @@ def straggler_lateness(c: Ctx) -> list[lateness.Late]:
     return sorted(best.values(), key=lambda x: -x.late_ns)
 
 
+def _waited(c: Ctx) -> float:
+    """The exposed wait per step of the rank that waited most: the others wait for a straggler at most that
+    long (a straggler's saving is capped at it)."""
+    return float(c.a.rank_summary["exposed_wait_ns"].max() or 0) if c.a.rank_summary.height else 0.0
+
+
+def judge_stragglers(c: Ctx, window: frozenset[int] | None = None) -> list[tuple[lateness.Late, str]]:
+    """Each straggler and the severity the rule gives it: its saving's share of the step, capped by how sure
+    the evidence is (:func:`lateness.max_severity`)."""
+    waited = _waited(c)
+    return [(x, min(severity(min(x.late_ns, waited), c.step_ns), lateness.max_severity(x), key=SEVERITIES.index))
+            for x in straggler_lateness(c, window)]
+
+
 def rule_straggler(c: Ctx) -> list[Finding]:
     out = []
     table = {r["rank"]: r for r in c.a.stragglers.to_dicts()}
-    # capped at the exposed wait of the rank that waited most: the others wait for it at most that long
-    waited = float(c.a.rank_summary["exposed_wait_ns"].max() or 0) if c.a.rank_summary.height else 0.0
-    for x in straggler_lateness(c):
+    waited = _waited(c)
+    for x, sev in judge_stragglers(c):
         saving = min(x.late_ns, waited)
         row = table.get(x.rank, {})
         mine = c.calls.filter((pl.col("late_rank") == x.rank) & (pl.col("rank") != x.rank)
@@ -113,29 +131,10 @@ def rule_straggler(c: Ctx) -> list[Finding]:
                 ["dimension"].to_list())
         dim = dims[0] if dims else None
         known = dim if dim and dim != UNKNOWN else None
-        # jitter never reads as a sure fault: the severity is capped by how sure the lateness is
         cap = lateness.max_severity(x)
-        sev = min(severity(saving, c.step_ns), cap, key=SEVERITIES.index)
+        title, detail = _straggler_text(x, cap, known, row)
         out.append(Finding(
-            id="straggler", key=f"straggler:rank{x.rank}", severity=sev,
-            title=f"rank {x.rank} {'is' if cap != 'info' else 'may be'} a straggler: it arrives {ms(x.late_ns)} per "
-                  f"step after its peers, last in "
-                  f"{x.steps_last} of {x.steps} steps ({_sure(x.chance)} sure)"
-                  + (f", with {ms(x.work_excess_ns)} more work per step in {x.work_steps_above} of "
-                     f"{x.work_steps} ({_sure(x.work_chance)} sure)" if x.work_chance is not None
-                     and x.work_excess_ns is not None else "")
-                  + (f", most waited on in {known}" if known else ""),
-            detail=f"judged on {x.scope} (group {x.pg}, {x.members} ranks): its lateness per step (the smallest "
-                   f"wait of the others at each call it was last at) is {ms(x.late_ns)} above the others' median, "
-                   f"where the latest other rank shows {ms(x.jitter_ns)} in a typical step; {x.top_share} of the "
-                   f"group's {x.steps} highest rank-step latenesses are its own (chance by luck "
-                   f"{_chance_text(x.chance)}). It was last at {row.get('times_last', 0)} matched calls; its "
-                   f"peers waited {ms(float(row.get('caused_wait_ns_per_step') or 0))} per step for it in total."
-                   + (f" Its work per step (compute and copies with none of its communication in flight) is "
-                      f"{ms(x.work_excess_ns)} above the other ranks' median, more in {x.work_steps_above} of "
-                      f"{x.work_steps} steps (chance by luck {_chance_text(x.work_chance)}): it is late because "
-                      "it has more to do or does it slower, not because a partner is fast."
-                      if x.work_chance is not None and x.work_excess_ns is not None else ""),
+            id="straggler", key=f"straggler:rank{x.rank}", severity=sev, title=title, detail=detail,
             action=f"look at what rank {x.rank} does before its late calls (host {_host(c, x.rank)}): a slower GPU "
                    "(clocks, thermals, ECC), data-loader or CPU stalls, uneven work; compare its compute per step "
                    "with its peers' on the skew page",
@@ -148,12 +147,56 @@ def rule_straggler(c: Ctx) -> list[Finding]:
             numbers={"late_ns_per_step": x.late_ns, "jitter_ns_per_step": x.jitter_ns,
                      "steps_last": float(x.steps_last), "steps_judged": float(x.steps),
                      "confidence": x.confidence, "times_last": float(row.get("times_last") or 0),
+                     "stretch_steps": float(x.block), "stretches_judged": float(x.judged),
                      "caused_wait_ns_per_step": float(row.get("caused_wait_ns_per_step") or 0),
                      "exposed_wait_ns_per_step": waited,
                      **({"work_excess_ns_per_step": x.work_excess_ns, "work_steps_above": float(x.work_steps_above),
                          "work_confidence": 1.0 - x.work_chance}
                         if x.work_chance is not None and x.work_excess_ns is not None else {})}))
     return out
+
+
+def _straggler_text(x: lateness.Late, cap: str, known: str | None, row: dict[str, Any]) -> tuple[str, str]:
+    """The title and detail of one straggler finding. A probability is stated only where the rule names the
+    rank (above info): there both witnesses' chances are judged over stretches of steps and the calibration
+    measured how often clean windows of this length named a rank (analyzers/calibration.py)."""
+    over = f"{x.steps_last} of {x.steps} steps"
+    where = f", most waited on in {known}" if known else ""
+    stretches = (f"judged over {x.judged} stretches of {x.block} steps (lateness comes in stretches on this run)"
+                 if x.block > 1 else f"judged over {x.judged} steps")
+    work = (f"{ms(x.work_excess_ns)} more work of its own per step, more in {x.work_steps_above} of {x.work_steps}"
+            if x.work_excess_ns is not None else "")
+    evidence = (f"judged on {x.scope} (group {x.pg}, {x.members} ranks): its lateness per step (the smallest wait "
+                f"of the others at each call it was last at) is {ms(x.late_ns)} above the others' median, where the "
+                f"latest other rank shows {ms(x.jitter_ns)} in a typical step. It was last at "
+                f"{row.get('times_last', 0)} matched calls; its peers waited "
+                f"{ms(float(row.get('caused_wait_ns_per_step') or 0))} per step for it in total.")
+    if cap != "info" and x.work_chance is not None and x.work_excess_ns is not None:
+        sure = _sure(max(x.chance, x.work_chance))
+        rate = calibration.clean_rate(x.steps)
+        measured = (f" Calibration: on clean jobs recorded beside a busy process, {rate[1]} of {rate[2]} windows of "
+                    f"{rate[0]} steps named a rank above info (docs/findings.md)." if rate else "")
+        return (f"rank {x.rank} is a straggler: it arrives {ms(x.late_ns)} per step after its peers, last in {over}, "
+                f"with {work} ({sure} sure){where}",
+                f"{evidence} {x.top_share} of the group's {x.judged} highest latenesses are its own (chance by luck "
+                f"{_chance_text(x.chance)}); its work per step (compute and copies with none of its communication "
+                f"in flight) is {ms(x.work_excess_ns)} above the other ranks' median (chance by luck "
+                f"{_chance_text(x.work_chance)}), {stretches}: it is late because it has more to do or does it "
+                f"slower, not because a partner is fast or a busy host held it back.{measured}")
+    if lateness.too_short(x) or x.work_excess_ns is None:
+        steps = calibration.advised_steps()
+        return (f"rank {x.rank} may be a straggler: last in {over}, {ms(x.late_ns)} per step after its peers{where}; "
+                f"{x.steps} steps are too few to tell a straggler from a rank a busy host held back: record "
+                f"--active {steps}",
+                f"{evidence} A host that keeps one rank behind does so for several steps at a time, so a short "
+                f"window cannot tell it from a slower rank ({stretches}); {steps} profiled steps named the "
+                "calibration's slow rank and no clean rank (docs/findings.md, \"Calibration\").")
+    return (f"rank {x.rank} may be a straggler: last in {over}, {ms(x.late_ns)} per step after its peers{where}, "
+            f"but with only {work}: a host holding it back (a busy neighbour, CPU contention) looks like this",
+            f"{evidence} Its own work per step (compute and copies with none of its communication in flight) "
+            f"explains less than half of its lateness: the delay falls inside its calls, as when the OS deschedules "
+            "a rank on a busy host, not in more work of its own. Named above info only when its own work "
+            "explains its lateness (analyzers/lateness.py).")
 
 
 def _sure(chance: float) -> str:

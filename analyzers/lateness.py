@@ -71,6 +71,14 @@ class Late:
     work_steps_above: int = 0  # steps in which its work exceeded the others' median
     work_steps: int = 0  # steps with work known for it and others
     work_chance: float | None = None  # probability of so many steps above by luck (any rank); None: unknown
+    block: int = 1  # steps per stretch: lateness and work are judged on sums over stretches of this many steps
+    blocks: int = 0  # stretches judged (0: as many as steps)
+    blocks_last: int = 0  # stretches in which it was the latest
+
+    @property
+    def judged(self) -> int:
+        """How many independent observations the chances rest on: stretches of ``block`` steps."""
+        return self.blocks or self.steps
 
     @property
     def confidence(self) -> float:
@@ -138,7 +146,8 @@ MIN_PEERS = 3  # a group this large is its own reference for work; a pair is com
 
 
 def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, members: list[int],
-                   stage_of: dict[int, int] | None = None, memo: dict[Any, pl.DataFrame] | None = None) -> Evidence:
+                   stage_of: dict[int, int] | None = None, memo: dict[Any, pl.DataFrame] | None = None,
+                   block: int = 1) -> Evidence:
     """(median excess over the other ranks' median, steps above, steps compared, chance by luck) of one
     rank's work in the judged steps; None where no step has its work and another rank's. The others are
     the group's members (they do the same work: one pipeline stage's TP group, one DP group), or every traced
@@ -160,23 +169,38 @@ def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, membe
             memo[key] = w
     mine = dict(w.filter(pl.col("rank") == rank).select("step", "work_ns").iter_rows())
     others = w.filter(pl.col("rank") != rank).group_by("step").agg(pl.col("work_ns").median().alias("m"),
-                                                                     pl.len().alias("k"))
-    return _evidence([mine[s] - m for s, m, _ in others.iter_rows() if s in mine], int(w["rank"].n_unique()))
+                                                                     pl.len().alias("k")).sort("step")
+    return _evidence([mine[s] - m for s, m, _ in others.iter_rows() if s in mine], int(w["rank"].n_unique()), block)
 
 
-def _evidence(diffs: list[float], n_ranks: int) -> Evidence:
-    """The witness of one rank's per-step excesses over its peers' median, ``n_ranks`` ranks compared."""
+def _evidence(diffs: list[float], n_ranks: int, block: int = 1) -> Evidence:
+    """The witness of one rank's per-step excesses over its peers' median (in step order), ``n_ranks`` ranks
+    compared. The chance is judged on the sums over stretches of ``block`` consecutive steps (:func:`stretch`):
+    a host that keeps one rank behind does so for several steps at a time."""
     if not diffs:
         return None, 0, 0, None
     n = len(diffs)
     excess, above = float(np.median(diffs)), sum(1 for d in diffs if d > 0)
-    if n_ranks / 2 ** n > MAX_WORK_CHANCE:  # too few steps: even n of n above could be luck; no witness
+    sums = _stretches(diffs, block)
+    if n_ranks / 2 ** len(sums) > MAX_WORK_CHANCE:  # too few stretches: even all above could be luck; no witness
         return excess, above, n, None
-    return excess, above, n, min(1.0, n_ranks * _signed_rank(diffs))
+    return excess, above, n, min(1.0, n_ranks * _signed_rank(sums))
+
+
+def _stretches(values: list[float], block: int) -> list[float]:
+    """Sums over consecutive stretches of ``block`` values; a last stretch shorter than half a block joins
+    the one before it."""
+    if block <= 1:
+        return list(values)
+    out = [float(sum(values[i:i + block])) for i in range(0, len(values), block)]
+    if len(out) > 1 and len(values) % block and len(values) % block < (block + 1) // 2:
+        last = out.pop()
+        out[-1] += last
+    return out
 
 
 def _group_evidence(ranks: list[int], steps: list[int], work: pl.DataFrame | None,
-                    stage_of: dict[int, int] | None = None) -> list[Evidence]:
+                    stage_of: dict[int, int] | None = None, block: int = 1) -> list[Evidence]:
     """:func:`_work_evidence` of every rank of one group (``ranks``, its members), in a fixed number of
     queries: each rank's comparison set is the rows of its stage, so the group's work is keyed by stage
     once and every rank's leave-one-out medians come from one join on that key and one group_by. Equal to
@@ -213,7 +237,8 @@ def _group_evidence(ranks: list[int], steps: list[int], work: pl.DataFrame | Non
     for r, key in zip(ranks, target_keys, strict=True):
         own = mine.get(r, {})
         diffs = [own[s] - m for s, m in others.get(r, []) if s in own]
-        out.append(_evidence(diffs, distinct[key]) if diffs else (None, 0, 0, None))  # no diffs: no peers counted
+        # no diffs: no peers counted
+        out.append(_evidence(diffs, distinct[key], block) if diffs else (None, 0, 0, None))
     return out
 
 
@@ -252,10 +277,10 @@ class WorkIndex:
                 per_step[s] = sorted(values)
         return per_step, len(seen)
 
-    def evidence(self, ranks: list[int], steps: list[int]) -> list[Evidence]:
-        """``[_work_evidence(r, steps, work, ranks, stage_of) for r in ranks]``."""
+    def evidence(self, ranks: list[int], steps: list[int], block: int = 1) -> list[Evidence]:
+        """``[_work_evidence(r, steps, work, ranks, stage_of, block=block) for r in ranks]``."""
         if not self.exact:
-            return _group_evidence(ranks, steps, self.work, self.stage_of)
+            return _group_evidence(ranks, steps, self.work, self.stage_of, block)
         members = ranks if len(ranks) >= MIN_PEERS else None
         stage_of = self.stage_of
         compared: dict[Any, tuple[dict[Any, list[float]], int]] = {}
@@ -277,7 +302,7 @@ class WorkIndex:
                 if mine is None or len(values) < 2:
                     continue
                 diffs.append(mine - _median_without(values, bisect.bisect_left(values, mine)))
-            out.append(_evidence(diffs, n_ranks))
+            out.append(_evidence(diffs, n_ranks, block))
         return out
 
 
@@ -339,7 +364,7 @@ def _chance(top: int, n: int, members: int) -> float:
 
 
 def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = None,
-           stage_of: dict[int, int] | None = None, index: WorkIndex | None = None) -> list[Late]:
+           stage_of: dict[int, int] | None = None, index: WorkIndex | None = None, block: int = 1) -> list[Late]:
     """The group's lateness candidate, and the rank with the most consistent excess work if that is another
     rank the others also wait for (each with both witnesses' figures)."""
     # the columns as lists, not a select: a query's fixed cost (~0.5 ms) is most of a small group's time, and a
@@ -354,14 +379,17 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
     ri, si = {r: i for i, r in enumerate(ranks)}, {s: j for j, s in enumerate(steps)}
     for r, s, v in zip(rank_col, step_col, late_col, strict=True):
         table[ri[r], si[s]] = v
+    # the chances are judged on stretches of ``block`` steps (:func:`stretch`), the magnitudes per step
+    sums = np.array([_stretches(list(row), block) for row in table]) if block > 1 else table
+    nb = sums.shape[1]
     tops = [0] * m
-    for _, owner in sorted(((v, i) for i in range(m) for v in table[i] if v > 0), key=lambda t: -t[0])[:n]:
+    for _, owner in sorted(((v, i) for i in range(m) for v in sums[i] if v > 0), key=lambda t: -t[0])[:nb]:
         tops[owner] += 1
     excess = _excess(table)
     if index is not None and work is not None and work.height:
-        evidence = index.evidence(ranks, steps)
+        evidence = index.evidence(ranks, steps, block)
     else:
-        evidence = _group_evidence(ranks, steps, work, stage_of)
+        evidence = _group_evidence(ranks, steps, work, stage_of, block)
     best = max(range(m), key=lambda i: (tops[i], excess[i]))
     picks = [best] if table[best].max() > 0 else []
     worker = max(range(m), key=lambda i: (evidence[i][1], evidence[i][0] or 0.0))
@@ -370,15 +398,18 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
     out = []
     for i in picks:
         # its share of the n highest rank-steps, the others' first at equal values (never in its favour)
-        ordered = sorted(((v, k == i) for k in range(m) for v in table[k] if v > 0), key=lambda t: (-t[0], t[1]))
-        top = sum(1 for _, mine in ordered[:n] if mine)
-        others = np.delete(table, i, axis=0)
+        ordered = sorted(((v, k == i) for k in range(m) for v in sums[k] if v > 0), key=lambda t: (-t[0], t[1]))
+        top = sum(1 for _, mine in ordered[:nb] if mine)
+        others, other_sums = np.delete(table, i, axis=0), np.delete(sums, i, axis=0)
         last = int(sum(1 for j in range(n) if table[i, j] > 0 and table[i, j] > others[:, j].max()))
+        last_b = int(sum(1 for j in range(nb) if sums[i, j] > 0 and sums[i, j] > other_sums[:, j].max()))
         w_excess, w_above, w_steps, w_chance = evidence[i]
         out.append(Late(rank=ranks[i], pg=pg, late_ns=excess[i], jitter_ns=float(np.median(others.max(axis=0))),
-                        steps_last=last, steps=n, top_share=top, chance=_chance(top, n, m), members=m, scope=scope,
-                        separated=bool(table[i].min() > 0 and table[i].min() >= JITTER_FACTOR * others.max()),
-                        work_excess_ns=w_excess, work_steps_above=w_above, work_steps=w_steps, work_chance=w_chance))
+                        steps_last=last, steps=n, top_share=top, chance=_chance(top, nb, m), members=m, scope=scope,
+                        separated=bool(m >= 3 and nb > 1 and sums[i].min() > 0
+                                       and sums[i].min() >= JITTER_FACTOR * other_sums.max()),
+                        work_excess_ns=w_excess, work_steps_above=w_above, work_steps=w_steps, work_chance=w_chance,
+                        block=block, blocks=nb, blocks_last=last_b))
     return out
 
 
@@ -405,9 +436,46 @@ def late_ranks(judged: pl.DataFrame, scope: str, work: pl.DataFrame | None = Non
         return []
     grid = step_lateness(judged)
     index = WorkIndex(work, stage_of) if work is not None and work.height else None
+    block = stretch(grid, work)
     out = [x for (pg,), g in grid.partition_by("pg", as_dict=True).items()
-           for x in _judge(str(pg), g, scope, work, stage_of, index)]
+           for x in _judge(str(pg), g, scope, work, stage_of, index, block)]
     return sorted(out, key=lambda x: -x.late_ns)
+
+
+MIN_STRETCH = 1  # steps per stretch at least
+MAX_RHO = 0.9  # stretches of at most 19 steps
+
+
+def stretch(grid: pl.DataFrame, work: pl.DataFrame | None) -> int:
+    """How many consecutive steps one stretch of the run's noise lasts: ``(1 + rho) / (1 - rho)`` steps, rho
+    the lag-1 autocorrelation of every rank's lateness and of its work above the step's median, pooled over
+    the run (each series less its own mean, so a steady straggler's level is not counted as a stretch) and
+    corrected for its small-sample bias (``+ (1 + 4 rho) / n``). On a quiet machine lateness is independent
+    from step to step (1 step); on a busy host the OS keeps one rank behind for several steps at a time, and
+    n steps are then n / stretch independent observations, not n."""
+    series: list[np.ndarray] = []
+    if grid.height:
+        series.extend(g["late_ns"].to_numpy() for g in grid.sort("step").partition_by("pg", "rank"))
+    if work is not None and work.height:
+        t = work.pivot(on="rank", index="step", values="work_ns", aggregate_function="sum").sort("step")
+        arr = t.drop("step").to_numpy().astype(float)
+        if arr.shape[1] > 1 and not np.isnan(arr).any():
+            arr = arr - np.median(arr, axis=1, keepdims=True)
+            series.extend(arr.T)
+    num = den = 0.0
+    lengths = []
+    for x in series:
+        if len(x) < 3:
+            continue
+        d = x - x.mean()
+        num += float(np.dot(d[:-1], d[1:]))
+        den += float(np.dot(d, d))
+        lengths.append(len(x))
+    if den <= 0 or not lengths:
+        return MIN_STRETCH
+    rho = num / den
+    rho = min(MAX_RHO, max(0.0, rho + (1 + 4 * rho) / float(np.mean(lengths))))
+    return max(MIN_STRETCH, round((1 + rho) / (1 - rho)))
 
 
 def pipeline_stages(process_groups: pl.DataFrame) -> dict[int, int]:
@@ -422,23 +490,39 @@ def pipeline_stages(process_groups: pl.DataFrame) -> dict[int, int]:
     return out
 
 
+EXPLAINED = 0.5  # above info only when the rank's own extra work is at least half its lateness
+
+
+def explained(x: Late) -> bool:
+    """Its own extra work per step is at least ``EXPLAINED`` of its lateness: it is late because it has more to
+    do, or does it slower (a slower device, a stalled loader shows as idle work). A rank the OS keeps behind on
+    a busy host is late at its calls with little more work of its own (the delay falls inside its
+    communication calls): recorded clean jobs beside a busy process showed ranks 5-65 ms late per step, last in
+    every step, with 0.1-0.4 of that as work; the zoo's slow rank 0.6-1.0 (docs/findings.md, "Calibration")."""
+    return x.work_excess_ns is not None and x.late_ns > 0 and x.work_excess_ns >= EXPLAINED * x.late_ns
+
+
 def max_severity(x: Late) -> str:
-    """How loud a straggler may be, by how sure it is. Lateness is sure with a clean separation (late in
-    every step by twice what any other rank ever showed) or 99.9 % confidence, likely from 99 %; work is
-    sure from 99 %. Without the work witness (too few steps to judge it): sure lateness allows any
-    severity, likely at most low. With it: both sure, any severity; one sure or likely and the other at
-    least 90 %, at most low; else info. Few steps or few ranks cannot reach
-    99.9 % (4 ranks need 6 steps), and on a crowded machine the OS keeps one rank behind for several steps
-    at a time (recorded clean runs on 4 ranks / 2 cores: a rank 65 ms late in 10 of 10 steps of its TP pair,
-    or last in 6 of 8 steps, chance 0.3 %), so only a long lateness that the rank's own work explains is loud."""
-    late_sure = x.separated or x.chance <= SURE_CHANCE
-    if x.work_chance is None:
-        return "high" if late_sure else "low" if x.chance <= LIKELY_CHANCE else "info"
-    work_sure, work_ok = x.work_chance <= LIKELY_CHANCE, x.work_chance <= MAX_WORK_CHANCE
-    late_ok = x.chance <= MAX_CHANCE or x.separated
-    if late_sure and work_sure:
+    """How loud a straggler may be, by how sure the evidence is (the saving's share of the step sets the
+    severity below that cap, the same way as for every rule). Both witnesses are judged over stretches of
+    steps (:func:`stretch`), and only a lateness its own work explains (:func:`explained`) is named above
+    info: both witnesses at 99 % or more (the lateness, or a clean separation in a group of three or more),
+    any severity; both at 90 % or more, at most medium; else info. Without the work witness (too few
+    stretches to judge it) the window is too short to tell (:func:`too_short`)."""
+    if x.work_chance is None or not explained(x):
+        return "info"
+    late_sure = x.chance <= LIKELY_CHANCE or x.separated
+    if late_sure and x.work_chance <= LIKELY_CHANCE:
         return "high"
-    return "low" if (late_sure or x.chance <= LIKELY_CHANCE) and work_ok or work_sure and late_ok else "info"
+    if (x.chance <= MAX_CHANCE or x.separated) and x.work_chance <= MAX_WORK_CHANCE:
+        return "medium"
+    return "info"
+
+
+def too_short(x: Late) -> bool:
+    """Too few stretches for the work witness: nothing in the window can tell a straggler from a rank a busy
+    host kept behind for a while."""
+    return x.work_chance is None and x.work_steps > 0
 
 
 def is_straggler(x: Late, step_ns: float) -> bool:
@@ -451,7 +535,7 @@ def is_straggler(x: Late, step_ns: float) -> bool:
         return False
     if x.work_excess_ns is not None and x.work_excess_ns < 0:
         return False
-    late_ok = (2 * x.steps_last > x.steps and x.chance <= MAX_CHANCE
+    late_ok = (2 * (x.blocks_last if x.blocks else x.steps_last) > x.judged and x.chance <= MAX_CHANCE
                and x.late_ns >= max(JITTER_FACTOR * x.jitter_ns, MIN_SHARE * step_ns))
     work_ok = x.work_chance is not None and x.work_chance <= MAX_WORK_CHANCE
     return late_ok or work_ok

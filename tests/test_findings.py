@@ -27,7 +27,8 @@ EP16 = dict(nodes=2, gpus_per_node=8, sizes={"ep": 8, "dp": 2}, steps=2, micro_b
 
 # name: (finding id, base config, the fault, the fix: what the regenerated run changes instead)
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
-    "16-straggler-s1": ("straggler", {**N16, "seed": 1}, {"straggler": 5, "straggler_us": 3000}, {}),
+    # a straggler is named above info from the step count its work witness can judge (7 steps with 8 ranks compared)
+    "16-straggler-s1": ("straggler", {**N16, "seed": 1, "steps": 8}, {"straggler": 5, "straggler_us": 3000}, {}),
     "16-tp-across-s2": ("tp_across_nodes", {**N16, "seed": 2}, {"tp_across_nodes": True}, {}),
     "16-dp-off-s3": ("dp_sync_exposed", {**N16, "seed": 3}, {"dp_overlap": False}, {}),
     "16-slow-link-s4": ("link_efficiency", {**N16, "seed": 4}, {"slow_link": "gpu-node-01"}, {}),
@@ -35,14 +36,14 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "16-pp-mb-s6": ("pipeline_bubble", {**PP16, "seed": 6}, {},
                     {"micro_batches": 8, "tokens": 1024}),  # 4x the micro-batches, same global batch
     # more seeds (and another delay, rank, bucket count) for the faults whose models have the most to guess
-    "16-straggler-s21": ("straggler", {**N16, "seed": 21}, {"straggler": 12, "straggler_us": 1500}, {}),
+    "16-straggler-s21": ("straggler", {**N16, "seed": 21, "steps": 8}, {"straggler": 12, "straggler_us": 1500}, {}),
     "16-dp-off-s22": ("dp_sync_exposed", {**N16, "seed": 22, "dp_buckets": 2}, {"dp_overlap": False}, {}),
     "16-pp-mb-s23": ("pipeline_bubble", {**PP16, "seed": 23}, {}, {"micro_batches": 8, "tokens": 1024}),
     "16-a2a-s24": ("alltoall_imbalance", {**EP16, "seed": 24}, {"alltoall_imbalance": 2.0}, {}),
     "16-tp-across-pp-s13": ("tp_across_nodes", {**PP16, "seed": 13}, {"tp_across_nodes": True}, {}),
     "16-a2a-s7": ("alltoall_imbalance", {**EP16, "seed": 7}, {"alltoall_imbalance": 3.0}, {}),
     # the 64-rank cases share one seed, so that their fixed run is one clean run generated once
-    "64-straggler-s8": ("straggler", {**N64, "seed": 8}, {"straggler": 37, "straggler_us": 5000}, {}),
+    "64-straggler-s8": ("straggler", {**N64, "seed": 8, "steps": 8}, {"straggler": 37, "straggler_us": 5000}, {}),
     "64-tp-across-s8": ("tp_across_nodes", {**N64, "seed": 8}, {"tp_across_nodes": True}, {}),
     "64-dp-off-s8": ("dp_sync_exposed", {**N64, "seed": 8}, {"dp_overlap": False}, {}),  # sync > backward
     "64-socket-s8": ("nccl_socket_fallback", {**N64, "seed": 8}, {"socket_fallback": True}, {}),

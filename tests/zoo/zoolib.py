@@ -93,10 +93,11 @@ def torchrun(fault: str, *args: str) -> list[str]:
             "--fault", fault, *args]
 
 
-def record(run_dir: Path, fault: str, *, steps: int = 16, active: int = 10, train_args: tuple[str, ...] = ()) -> None:
-    """``commprof record`` one job with the fault on every iteration (the window: steps 3..3+active-1). Ten
-    profiled steps: the straggler rule's second witness (a rank's own work per step) needs 6 on 4 ranks to
-    say anything and 10 to be sure (analyzers/lateness.py); 5 steps found the slow rank in 0 of 3 runs."""
+def record(run_dir: Path, fault: str, *, steps: int = 26, active: int = 20, train_args: tuple[str, ...] = ()) -> None:
+    """``commprof record`` one job with the fault on every iteration (the window: steps 3..3+active-1). Twenty
+    profiled steps: the straggler rule judges over stretches of steps, and its work witness needs 6 stretches on 4
+    ranks; the calibration (``make zoo-calibrate``) named the slow rank in every 20-step window and in 5 of 16
+    10-step windows beside a busy process (docs/findings.md)."""
     cmd = [sys.executable, "-m", "commprof", "record", "-o", str(run_dir), "--force", "--no-analyze",
            "--wait", "2", "--warmup", "1", "--active", str(active), "--",
            *torchrun(fault, "--steps", str(steps), *train_args)]

@@ -12,7 +12,16 @@ import polars as pl
 
 from commprof.analyzers.bandwidth import busbw_factor_expr
 from commprof.analyzers.findings import Finding
-from commprof.analyzers.findings_rules import SMALL_BYTES, Ctx, ms, severity, steps_of
+from commprof.analyzers.findings_rules import (
+    LAYER_CALL_FACTOR,
+    LAYER_DIMS,
+    SMALL_BYTES,
+    Ctx,
+    ms,
+    severity,
+    small_message_fix,
+    steps_of,
+)
 from commprof.vocab import UNKNOWN
 
 MIN_CALLS_PER_STEP = 8  # as rule_small_messages
@@ -69,8 +78,13 @@ def _findings(c: Ctx, calls: pl.DataFrame, tier: str, alpha: float) -> list[Find
         transfer = float(part["transfer_ns"].sum())
         share = alpha * part.height / transfer if transfer > 0 else 0.0
         n = part.height / c.rank_steps
-        # coalesced: one call per group and op per rank-step
-        after = float(part.group_by("rank", "step", "pg", "op").len().height) / c.rank_steps
+        if dim in LAYER_DIMS:  # a layer's calls cannot be merged: twice the tokens per call, half the calls
+            after = n / LAYER_CALL_FACTOR
+            how = (f"half the calls, each with {LAYER_CALL_FACTOR}x the tokens (the same tokens per step): "
+                   f"(calls / {LAYER_CALL_FACTOR}) x alpha")
+        else:  # coalesced: one call per group and op per rank-step
+            after = float(part.group_by("rank", "step", "pg", "op").len().height) / c.rank_steps
+            how = "(calls - calls after coalescing, one per group and op per step) x alpha"
         exposed = float((part["exposed_ns"] - part["exposed_wait_ns"].fill_null(0.0)).clip(0.0).sum()) / c.rank_steps
         saving = min(max(0.0, n - after) * alpha, exposed)
         if n < MIN_CALLS_PER_STEP or share < LATENCY_BOUND or c.noise(saving):
@@ -84,12 +98,10 @@ def _findings(c: Ctx, calls: pl.DataFrame, tier: str, alpha: float) -> list[Find
                    f"({', '.join(sorted(set(part['op'].to_list())))}): fitted over the run's call sizes, a call "
                    f"takes {ms(alpha)} + bytes / beta, and that fixed part is {share:.0%} of their transfer; they "
                    f"expose {ms(exposed)} of transfer per step ({tier} has no peak to compare busbw with).",
-            action="coalesce them: larger DDP buckets (bucket_cap_mb), torch.distributed's coalescing manager or "
-                   "one flattened tensor per step, FSDP with fewer, larger units",
+            action=small_message_fix(str(dim)),
             saving_ns_per_step=round(saving),
-            saving_model=f"(calls - calls after coalescing, one per group and op per step) x alpha "
-                         f"({ms(alpha)}, fitted: transfer = alpha + bus bytes / beta over the {tier} calls' sizes), "
-                         "capped at their exposed transfer",
+            saving_model=f"{how} ({ms(alpha)}, fitted: transfer = alpha + bus bytes / beta over the {tier} calls' "
+                         "sizes), capped at their exposed transfer",
             pgs=pgs[:16], dimension=str(dim), tier=tier, steps=steps_of(part),
             numbers={"calls_per_step": n, "calls_after_per_step": after, "alpha_ns": alpha,
                      "alpha_share": share, "exposed_transfer_ns_per_step": exposed}))

@@ -49,6 +49,23 @@ def pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f} %" if whole > 0 else "?"
 
 
+LAYER_DIMS = ("tp", "cp", "sp")  # calls on each layer's critical path, one per layer and pass: nothing to bucket
+LAYER_CALL_FACTOR = 2  # the small-message fix on those: twice the tokens per call, half the calls
+
+
+def small_message_fix(dim: str) -> str:
+    """What to change about small latency-bound calls of ``dim``: a DP sync's calls can be merged (buckets,
+    coalescing); a TP or CP layer's all-reduce sits on the critical path, one per layer and pass, and no bucket or
+    coalescing manager can merge them: more tokens per call, a smaller degree, or a faster link."""
+    if dim in LAYER_DIMS:
+        return (f"{dim} calls sit on each layer's critical path (one per layer and pass): no bucket or coalescing "
+                "manager can merge them. Send more tokens per call (fewer, larger micro-batches at the same global "
+                f"batch, or a longer sequence), use sequence parallelism, a smaller {dim} degree (try --what-if "
+                f"layout:...), or put {dim} on a faster link")
+    return ("coalesce them: larger DDP buckets (bucket_cap_mb), torch.distributed's coalescing manager or one "
+            "flattened tensor per step, FSDP with fewer, larger units")
+
+
 class Ctx:
     """What every rule reads: the analysis, the mean step, and the analyzed calls."""
 

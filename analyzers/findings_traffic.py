@@ -12,6 +12,8 @@ from commprof.analyzers.findings_rules import (
     A2A_IMBALANCE,
     EXPECTED_EFFICIENCY,
     LARGE_BYTES,
+    LAYER_CALL_FACTOR,
+    LAYER_DIMS,
     LOW_EFFICIENCY,
     MICRO_BATCH_FACTOR,
     SMALL_BUSBW_SHARE,
@@ -20,6 +22,7 @@ from commprof.analyzers.findings_rules import (
     ms,
     pct,
     severity,
+    small_message_fix,
     steps_of,
 )
 from commprof.vocab import UNKNOWN
@@ -49,6 +52,9 @@ def rule_small_messages(c: Ctx) -> list[Finding]:
         bus = float((part["busbw_gbps"] * part["comm_ns"]).sum() / max(float(part["comm_ns"].sum()), 1.0))
         peak = float(part["peak_gbps"].max() or 0)
         saving = exposed_transfer * max(0.0, 1.0 - bus / (EXPECTED_EFFICIENCY * peak)) if peak else 0.0
+        layer = dim in LAYER_DIMS
+        if layer:  # a layer's calls cannot be merged into one: twice the tokens per call reach at most half of that
+            saving /= LAYER_CALL_FACTOR
         if calls < 8 or c.noise(saving):
             continue
         out.append(Finding(
@@ -57,11 +63,12 @@ def rule_small_messages(c: Ctx) -> list[Finding]:
             detail=f"{len(pgs)} group(s): calls under {SMALL_BYTES >> 20} MiB "
                    f"({', '.join(sorted(set(part['op'].to_list())))}) are latency-bound, exposing "
                    f"{ms(exposed_transfer)} of transfer per step.",
-            action="coalesce them: larger DDP buckets (bucket_cap_mb), torch.distributed's coalescing manager or "
-                   "one flattened tensor per step, FSDP with fewer, larger units",
+            action=small_message_fix(str(dim)),
             saving_ns_per_step=round(min(saving, exposed_transfer)),
-            saving_model=f"their exposed transfer at {EXPECTED_EFFICIENCY:.0%} of the tier's peak instead of the "
-                         "busbw they reach (one coalesced call per step)",
+            saving_model=(f"half of what their exposed transfer at {EXPECTED_EFFICIENCY:.0%} of the tier's peak "
+                          f"would save ({LAYER_CALL_FACTOR}x the tokens per call, half the calls)" if layer else
+                          f"their exposed transfer at {EXPECTED_EFFICIENCY:.0%} of the tier's peak instead of the "
+                          "busbw they reach (one coalesced call per step)"),
             pgs=pgs[:16], dimension=str(dim), tier=str(tier),
             numbers={"calls_per_step": calls, "busbw_gbps": bus, "peak_gbps": peak,
                      "exposed_transfer_ns_per_step": exposed_transfer}))

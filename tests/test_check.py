@@ -39,8 +39,11 @@ def test_synthetic_known_answers_pass(cli: Callable[..., Result], synth: Path) -
     assert _rule(doc, "max_exposed_ms_per_step")["measured"] == pytest.approx(0.5)
     assert _rule(doc, "max_straggler_wait_ms")["measured"] == pytest.approx(0.3)
     assert _rule(doc, "fail_on_findings")["status"] == "pass"
-    # rank 1 starts every all-reduce 0.3 ms late: a straggler costing 15 % of the 2 ms step (high)
-    high = _json(cli("check", str(synth), "--format", "json", "--fail-on-findings", "high"))
+    # rank 1 starts every all-reduce 0.3 ms late: a straggler costing 15 % of the 2 ms step, but 3 steps are too few
+    # to tell it from a rank a busy host held back (issue 36): info, and a gate on info catches it
+    assert not _rule(_json(cli("check", str(synth), "--format", "json", "--fail-on-findings", "low")),
+                     "fail_on_findings")["violations"]
+    high = _json(cli("check", str(synth), "--format", "json", "--fail-on-findings", "info"))
     (violation,) = _rule(high, "fail_on_findings")["violations"]
     assert violation["where"]["id"] == "straggler" and violation["where"]["ranks"] == [1]
     assert high["report"]["findings"][0]["saving_ns_per_step"] == pytest.approx(300_000, rel=0.01)

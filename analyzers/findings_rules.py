@@ -113,12 +113,15 @@ def straggler_lateness(c: Ctx, window: frozenset[int] | None = None) -> list[lat
     judged, scope = lateness.judged_calls(calls, c.doubtful, traced, c.a.facts.world_size)
     work = lateness.rank_work(steps.filter(~pl.col("rank").is_in(list(c.doubtful))))
     stage_of = lateness.pipeline_stages(c.a.process_groups)
-    found = [x for x in lateness.late_ranks(judged, scope, work, stage_of) if lateness.is_straggler(x, c.step_ns)]
-    best: dict[str, lateness.Late] = {}
-    for x in found:  # one straggler per group: the one its peers wait for longest
-        if x.pg not in best or x.late_ns > best[x.pg].late_ns:
-            best[x.pg] = x
-    return sorted(best.values(), key=lambda x: -x.late_ns)
+    if judged.height == 0:
+        return []
+    return lateness.stragglers(lateness.step_lateness(judged), scope, work, stage_of, c.step_ns)
+
+
+def straggler_severity(x: lateness.Late, step_ns: float, waited: float) -> str:
+    """Its saving's share of the step (capped at the run's exposed wait), as for every rule, capped by how sure
+    the evidence is (:func:`lateness.max_severity`)."""
+    return min(severity(min(x.late_ns, waited), step_ns), lateness.max_severity(x), key=SEVERITIES.index)
 
 
 def _waited(c: Ctx) -> float:
@@ -131,8 +134,7 @@ def judge_stragglers(c: Ctx, window: frozenset[int] | None = None) -> list[tuple
     """Each straggler and the severity the rule gives it: its saving's share of the step, capped by how sure
     the evidence is (:func:`lateness.max_severity`)."""
     waited = _waited(c)
-    return [(x, min(severity(min(x.late_ns, waited), c.step_ns), lateness.max_severity(x), key=SEVERITIES.index))
-            for x in straggler_lateness(c, window)]
+    return [(x, straggler_severity(x, c.step_ns, waited)) for x in straggler_lateness(c, window)]
 
 
 def rule_straggler(c: Ctx) -> list[Finding]:

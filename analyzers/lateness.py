@@ -434,12 +434,31 @@ def late_ranks(judged: pl.DataFrame, scope: str, work: pl.DataFrame | None = Non
     each rank's pipeline stage (:func:`pipeline_stages`), work being compared within a stage."""
     if judged.height == 0:
         return []
-    grid = step_lateness(judged)
+    return grid_late_ranks(step_lateness(judged), scope, work, stage_of)
+
+
+def grid_late_ranks(grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = None,
+                    stage_of: dict[int, int] | None = None) -> list[Late]:
+    """:func:`late_ranks` from the lateness grid (pg, rank, step, late_ns: :func:`step_lateness`): what the
+    calibration keeps of a recording (tests/data/lateness_windows.json) to judge it again without the traces."""
+    if grid.height == 0:
+        return []
     index = WorkIndex(work, stage_of) if work is not None and work.height else None
     block = stretch(grid, work)
     out = [x for (pg,), g in grid.partition_by("pg", as_dict=True).items()
            for x in _judge(str(pg), g, scope, work, stage_of, index, block)]
     return sorted(out, key=lambda x: -x.late_ns)
+
+
+def stragglers(grid: pl.DataFrame, scope: str, work: pl.DataFrame | None, stage_of: dict[int, int] | None,
+               step_ns: float) -> list[Late]:
+    """The stragglers of a lateness grid: per group, of the candidates :func:`is_straggler` accepts, the one its
+    peers wait for longest; the longest first."""
+    best: dict[str, Late] = {}
+    for x in grid_late_ranks(grid, scope, work, stage_of):
+        if is_straggler(x, step_ns) and (x.pg not in best or x.late_ns > best[x.pg].late_ns):
+            best[x.pg] = x
+    return sorted(best.values(), key=lambda x: -x.late_ns)
 
 
 MIN_STRETCH = 1  # steps per stretch at least

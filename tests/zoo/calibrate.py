@@ -11,8 +11,9 @@ window of a longer recording is what a recording of that many steps would have s
 with the product's own rule (:func:`commprof.analyzers.lateness.stragglers`), then prints the table: per job,
 ranks and window length, how many windows named a rank above info, at info, and the highest confidence
 stated in a false naming; on the faulty job (``slow``) how many named the slow rank. ``--write`` puts the
-table between the calibration markers of docs/findings.md and the measured rates into
-commprof/analyzers/calibration.json, which the product reads (docs/findings.md, "Calibration").
+table between the calibration markers of docs/findings.md, the measured rates into
+analyzers/calibration.json, which the product reads (docs/findings.md, "Calibration"), and what the rule reads of
+each recording into tests/data/lateness_recordings.json, which ``make test`` judges again.
 """
 
 from __future__ import annotations
@@ -71,7 +72,25 @@ def record(out: Path, jobs: list[str], reps: int, active: int, busy: int) -> Non
             s.kill()
 
 
-def judge(run_dir: Path) -> list[dict[str, Any]]:
+def kept(run_dir: Path, a: Any) -> dict[str, Any]:
+    """What the straggler rule reads of one recording, compact (tests/data/lateness_recordings.json): the lateness
+    grid and the work per rank and step, the scope, the pipeline stages, the mean step and the run's largest
+    exposed wait. ``make test`` judges its windows again without the traces (tests/test_lateness_recorded.py)."""
+    from commprof.analyzers import findings_rules, lateness
+
+    c = findings_rules.Ctx(a)
+    judged, scope = lateness.judged_calls(c.calls, c.doubtful, int(a.ranks.height), a.facts.world_size)
+    grid = lateness.step_lateness(judged)
+    work = lateness.rank_work(a.steps.filter(~a.steps["rank"].is_in(list(c.doubtful))))
+    meta = json.loads((run_dir / "calibrate.json").read_text())
+    return {"job": meta["job"], "busy": meta["busy"], "ranks": JOBS[meta["job"]][0], "slow": JOBS[meta["job"]][2],
+            "scope": scope, "step_ns": c.step_ns, "waited_ns": findings_rules._waited(c),
+            "stage_of": {str(k): v for k, v in lateness.pipeline_stages(a.process_groups).items()},
+            "grid": {k: grid[k].to_list() for k in ("pg", "rank", "step", "late_ns")},
+            "work": {k: work[k].to_list() for k in ("rank", "step", "work_ns")}}
+
+
+def judge(run_dir: Path, keep: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every window of every length of one recording, judged by the product's straggler rule."""
     import commprof
     from commprof.analyzers import findings_rules
@@ -79,6 +98,8 @@ def judge(run_dir: Path) -> list[dict[str, Any]]:
     meta = json.loads((run_dir / "calibrate.json").read_text())
     ranks, _, slow = JOBS[meta["job"]]
     a = commprof.analyze(str(run_dir))
+    if keep is not None:
+        keep.append(kept(run_dir, a))
     steps = sorted(int(s) for s in a.steps["step"].unique().to_list())
     rows = []
     for k in WINDOWS:
@@ -181,8 +202,12 @@ def main() -> int:
     if not dirs:
         print(f"calibrate: no recordings under {args.dir} (run the record step first)", file=sys.stderr)
         return 2
-    rows = [row for d in dirs for row in judge(d)]
+    keep: list[dict[str, Any]] = []
+    rows = [row for d in dirs for row in judge(d, keep)]
     (args.dir / "windows.json").write_text(json.dumps(rows))
+    if args.write:
+        (REPO / "tests" / "data").mkdir(exist_ok=True)
+        (REPO / "tests" / "data" / "lateness_recordings.json").write_text(json.dumps(keep, separators=(",", ":")))
     summary = summarize(rows)
     busy = sorted({s["busy"] for s in summary})
     source = (f"{len(dirs)} recordings, {os.cpu_count()} cores, {'/'.join(map(str, busy))} busy process(es) beside "

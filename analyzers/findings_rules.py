@@ -115,13 +115,15 @@ def straggler_lateness(c: Ctx, window: frozenset[int] | None = None) -> list[lat
     stage_of = lateness.pipeline_stages(c.a.process_groups)
     if judged.height == 0:
         return []
-    return lateness.stragglers(lateness.step_lateness(judged), scope, work, stage_of, c.step_ns)
+    found: list[lateness.Late] = lateness.stragglers(lateness.step_lateness(judged), scope, work, stage_of, c.step_ns)
+    return found
 
 
 def straggler_severity(x: lateness.Late, step_ns: float, waited: float) -> str:
     """Its saving's share of the step (capped at the run's exposed wait), as for every rule, capped by how sure
     the evidence is (:func:`lateness.max_severity`)."""
-    return min(severity(min(x.late_ns, waited), step_ns), lateness.max_severity(x), key=SEVERITIES.index)
+    sev: str = min(severity(min(x.late_ns, waited), step_ns), lateness.max_severity(x), key=SEVERITIES.index)
+    return sev
 
 
 def _waited(c: Ctx) -> float:

@@ -46,13 +46,17 @@ zoo: $(STAMP)
 	@$(BIN)/python tests/zoo/layout_zoo.py --out $(ZOO_OUT)/layout $(ZOO_LAYOUT_ARGS); s=$$?; \
 		if [ $$s -eq 2 ]; then echo "zoo: the layout case needs network namespaces (root); skipped"; else exit $$s; fi
 
-# the straggler rule's calibration: clean jobs (4 and 8 ranks) and a slow-rank job recorded beside a busy process,
-# cut into windows of 3, 5, 10 and 20 profiled steps and judged; the table goes into docs/findings.md and the measured
-# rates into analyzers/calibration.json, which the rule reads (about 8 min). CALIBRATE_ARGS="--reps 2 --busy 2"
+# the calibration the product reads: (1) the straggler rule: clean jobs (4 and 8 ranks) and a slow-rank job recorded
+# beside a busy process, cut into windows of 3, 5, 10 and 20 profiled steps and judged; (2) every kind of what-if
+# against running the changed job (single node, and a namespace cluster as root). Tables into docs/findings.md, the
+# measured rates and error bands into analyzers/calibration.json (about 20 min).
+# CALIBRATE_ARGS="--reps 2 --busy 2" WHATIF_ARGS="--reps 2 --no-cluster"
 CALIBRATE_OUT ?= runs/calibrate
 zoo-calibrate: $(STAMP)
 	$(BIN)/python tests/zoo/calibrate.py record --out $(CALIBRATE_OUT) $(CALIBRATE_ARGS)
 	$(BIN)/python tests/zoo/calibrate.py table $(CALIBRATE_OUT) --write
+	@# every kind of what-if against running the changed job (the cluster cases need root: skipped without it)
+	$(BIN)/python tests/zoo/whatif_check.py --out $(CALIBRATE_OUT)/whatif --write $(WHATIF_ARGS)
 
 # a job across a cluster of network namespaces (root): nodes with their own hostname and loopback, linked at 4 Gbit/s
 # (tests/netns_cluster.py), sample_traces/train_3d.py recorded by one commprof record per node into one folder,

@@ -7,7 +7,9 @@ window judged by the straggler rule. The rules read from it (never from constant
 * ``advised_steps``: the fewest profiled steps at which the slow rank was named in at least 90 % of windows
   with no clean window naming a rank above info; the straggler finding advises ``record --active`` that many
   when a window is too short to tell;
-* per window length, how many clean windows named a rank above info, stated with the finding.
+* per window length, how many clean windows named a rank above info, stated with the finding;
+* per kind of what-if, its error against running the changed job (tests/zoo/whatif_check.py), printed with every
+  estimate of that kind; a kind whose error reaches ``USEFUL_PCT`` is flagged as a direction, not a figure.
 """
 
 from __future__ import annotations
@@ -43,3 +45,13 @@ def clean_rate(steps: int) -> tuple[int, int, int] | None:
         return None
     mine = [r for r in rows if int(r["steps"]) == lengths[-1]]
     return lengths[-1], sum(int(r["named_above_info"]) for r in mine), sum(int(r["windows"]) for r in mine)
+
+
+USEFUL_PCT = 50.0  # a what-if that erred by this much on recorded reruns gives a direction, not a figure
+
+
+def whatif_band(kind: str) -> dict[str, Any] | None:
+    """The measured error of one kind of what-if (straggler, overlap, layout, move, bandwidth): cases, low_pct,
+    high_pct, runs; None when it was never checked against a rerun."""
+    band = measured().get("whatif", {}).get("bands", {}).get(kind)
+    return dict(band) if band else None

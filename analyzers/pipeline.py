@@ -331,7 +331,8 @@ def step_findings(analysis: Analysis) -> Analysis:
     changes = [whatif.parse_change(t) for t in analysis.settings.what_if]
     late = {f.ranks[0]: float(f.numbers.get("late_ns_per_step", 0)) for f in analysis.findings
             if f.id == "straggler" and f.ranks}
-    return replace(analysis, what_if=whatif.estimate(analysis, changes, late))
+    estimate = whatif.estimate(analysis, changes, late)
+    return replace(analysis, what_if=replace(estimate, checked=whatif.checked(changes, whatif._gpu_run(analysis))))
 
 
 def _empty_calls() -> pl.DataFrame:

@@ -120,6 +120,35 @@ class WhatIf:
     by_dimension: pl.DataFrame  # dimension, exposed_ns_per_step, exposed_ns_per_step_after
     method: str
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    checked: tuple[dict[str, Any], ...] = ()  # per kind of change: its error on recorded reruns (:func:`checked`)
+
+
+KIND_TEXT = {"bandwidth": "TIER=GB/s", "move": "DIM:TIER", "overlap": "overlap:DIM", "straggler": "straggler:off",
+             "layout": "layout:..."}
+
+
+def checked(changes: list[Change], gpu: bool) -> tuple[dict[str, Any], ...]:
+    """Per kind of change, how far this kind of estimate was from running the changed job (analyzers/calibration.py,
+    measured by ``make zoo-calibrate`` on Gloo CPU jobs): kind, cases, low_pct, high_pct, runs and ``text``, the
+    line every view prints; ``useful`` false where the error reached ``calibration.USEFUL_PCT``."""
+    from commprof.analyzers import calibration
+
+    out = []
+    for kind in dict.fromkeys(c.kind for c in changes if c.kind in KIND_TEXT):
+        band = calibration.whatif_band(kind)
+        if band is None:
+            out.append({"kind": kind, "cases": 0, "low_pct": None, "high_pct": None, "runs": None, "useful": False,
+                        "text": f"{KIND_TEXT[kind]} has not been checked against a rerun of the changed job"})
+            continue
+        worst = max(abs(band["low_pct"]), abs(band["high_pct"]))
+        useful = worst < calibration.USEFUL_PCT
+        where = band["runs"] + ("; this run is on GPUs, where it was not checked" if gpu else "")
+        text = (f"{KIND_TEXT[kind]} against rerunning the changed job: {band['low_pct']:+.0f} % .. "
+                f"{band['high_pct']:+.0f} % on {band['cases']} recorded cases ({where}; docs/findings.md)")
+        if not useful:
+            text += f": errors of {worst:.0f} % make it a direction, not a figure"
+        out.append({**band, "kind": kind, "useful": useful, "text": text})
+    return tuple(out)
 
 
 def latency_steps(op: str, n: int, nbytes: int | None) -> int:

@@ -150,6 +150,7 @@ def _what_if(analysis: Analysis) -> dict[str, Any] | None:
                         "exposed_ns_per_step_after": _int(r["exposed_ns_per_step_after"])}
                        for r in w.by_dimension.iter_rows(named=True)],
         "warnings": list(w.warnings),
+        "checked": [dict(c) for c in w.checked],
     }
 
 

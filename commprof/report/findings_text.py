@@ -70,5 +70,6 @@ def what_if_lines(report: dict[str, Any], markdown: bool = False) -> list[str]:
         lines.append(f"{bullet}exposed per dimension: " + ", ".join(
             f"{d['dimension']} {_ms(d['exposed_ns_per_step'])} -> {_ms(d['exposed_ns_per_step_after'])} ms"
             for d in dims))
+    lines += [f"{bullet}checked: {c['text']}" for c in w.get("checked", [])]
     lines += [f"{bullet}warning: {x}" for x in w["warnings"]]
     return lines

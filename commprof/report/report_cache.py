@@ -5,7 +5,8 @@ This hides the analysis from a warm run (~0.1 s of polars queries and ~50 ms of 
 53.7 MB real Kineto trace); the cold run and any change pay it in full. A report is used only when all of
 these are what they were when it was written (the key, a SHA-256 over them):
 
-* the code: path, size and mtime of every ``.py`` file of the ``commprof`` package and of its analyzers,
+* the code: path, size and mtime of every ``.py`` and ``.json`` file of the ``commprof`` package and of its
+  analyzers (analyzers/calibration.json is read by the rules),
   Python's and polars' versions, and a stat of numpy's ``__init__.py`` (not imported to read its version);
 * the options: the analysis settings (every analysis flag), ``--ranks``, ``--allow-partial``,
   ``--step-range``, and every ``COMMPROF_*`` environment variable but the cache folder's;
@@ -62,8 +63,9 @@ def _code_rows() -> list[str]:
     for top in sorted(folders):
         for folder, dirs, files in os.walk(top):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            # .json: what the rules read besides their code (analyzers/calibration.json: bands, advised steps)
             rows.extend(_stat_row(os.path.join(folder, f), os.path.join(folder, f)) for f in sorted(files)
-                        if f.endswith(".py"))
+                        if f.endswith((".py", ".json")))
     return rows
 
 

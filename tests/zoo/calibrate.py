@@ -170,8 +170,10 @@ BEGIN, END = "<!-- calibration:straggler -->", "<!-- /calibration:straggler -->"
 def write(summary: list[dict[str, Any]], source: str) -> str:
     steps = advised(summary)
     text = markdown(summary, steps, source)
-    data = {"source": source, "straggler": {"advised_steps": steps or WINDOWS[-1], "windows": summary}}
-    (REPO / "analyzers" / "calibration.json").write_text(json.dumps(data, indent=1) + "\n")
+    target = REPO / "analyzers" / "calibration.json"
+    data = json.loads(target.read_text()) if target.exists() else {}  # the what-if bands stay (whatif_check.py)
+    data.update(source=source, straggler={"advised_steps": steps or WINDOWS[-1], "windows": summary})
+    target.write_text(json.dumps(data, indent=1) + "\n")
     doc = REPO / "docs" / "findings.md"
     body = doc.read_text()
     if BEGIN in body and END in body:

@@ -59,6 +59,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--a2a-mb", type=float, default=4.0, help="MiB each rank sends in each all_to_all")
+    p.add_argument("--tp", type=int, default=2, help="tp_megatron: the TP degree (dp = world / tp); the model and the "
+                   "global batch stay the same (--batch rows per DP replica at tp=2 on 4 ranks, scaled by 2 / dp)")
     return p.parse_args()
 
 
@@ -241,10 +243,13 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
     if fault == "tp_megatron":
         from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("dp", "tp"))
+        mesh = init_device_mesh("cpu", (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
         dp_group = mesh.get_group("dp")
         model, tp_state = megatron_mlp(args.hidden, args.layers, mesh.get_group("tp"))
+        # the same global batch at every TP degree: rows per replica = batch x (world / 2) / dp
+        rows = args.batch * (world // 2) // (world // args.tp)
     else:
+        rows = args.batch
         dp_group = dist.group.WORLD
         model = mlp(args.hidden, args.layers)
     # the experts' all-to-all has its own group, as in MoE frameworks (an "ep" group over the world)
@@ -268,7 +273,7 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
     stamps: list[int] = []
     for it in range(args.steps):
         on = it % 2 == 1 if args.ab else True  # the same decision on every rank
-        x = torch.randn(args.batch, args.hidden)
+        x = torch.randn(rows, args.hidden)
         if fault == "slow_rank" and on and rank == SLOW_RANK:
             busy(SLOW_S)
         if fault == "tp_megatron":

@@ -48,13 +48,16 @@ zoo: $(STAMP)
 
 # the calibration the product reads: (1) the straggler rule: clean jobs (4 and 8 ranks) and a slow-rank job recorded
 # beside a busy process, cut into windows of 3, 5, 10 and 20 profiled steps and judged; (2) every kind of what-if
-# against running the changed job (single node, and a namespace cluster as root). Tables into docs/findings.md, the
-# measured rates and error bands into analyzers/calibration.json (about 20 min).
+# against running the changed job (single node, and a namespace cluster as root); (3) make demo afresh 20 times beside
+# a busy process. Tables into docs/findings.md, the measured rates and error bands into analyzers/calibration.json
+# (about 30 min).
 # CALIBRATE_ARGS="--reps 2 --busy 2" WHATIF_ARGS="--reps 2 --no-cluster"
 CALIBRATE_OUT ?= runs/calibrate
 zoo-calibrate: $(STAMP)
 	$(BIN)/python tests/zoo/calibrate.py record --out $(CALIBRATE_OUT) $(CALIBRATE_ARGS)
 	$(BIN)/python tests/zoo/calibrate.py table $(CALIBRATE_OUT) --write
+	@# make demo recorded afresh 20 times beside a busy process: at most 1 may name a rank above info (exit 1 otherwise)
+	$(BIN)/python tests/zoo/calibrate.py demo --out $(CALIBRATE_OUT)/demo --runs 20 --busy 1
 	@# every kind of what-if against running the changed job (the cluster cases need root: skipped without it)
 	$(BIN)/python tests/zoo/whatif_check.py --out $(CALIBRATE_OUT)/whatif --write $(WHATIF_ARGS)
 

@@ -35,6 +35,9 @@ FAULTS = {
     "mismatch": "a world broadcast where rank MISMATCH_RANK receives into a buffer twice the root's size",
     "tp_megatron": "tp=2 x dp=2: Megatron MLP blocks, TP all-reduce inside a torch.autograd.Function",
     "ddp_async": "DDP with many small buckets: async bucket all-reduces on Gloo's worker threads",
+    "tp_small": "tp=2 x dp=2 Megatron MLP of a narrow hidden size (TP_SMALL_HIDDEN) in TP_SMALL_MICRO micro-batches: "
+                "small TP all-reduces, one per block and pass; the A/B's twin sends twice the tokens per call (one "
+                "micro-batch of the same rows): what the small-message finding proposes for TP",
     "pp_uneven": "pp=2 x dp=2: GPipe over PP_MICRO micro-batches (send/recv between stages), stage 1 holds "
                  "PP_LAST_SHARE of the blocks plus the loss, DP all-reduce after the flush",
 }
@@ -44,6 +47,9 @@ HOT_RANK = 1
 HOT_SHARE = 0.7  # of every rank's tokens go to HOT_RANK in uneven_alltoall
 MISMATCH_RANK = 3
 BROADCAST_NUMEL = 64 * 1024
+TP_SMALL_HIDDEN = 64  # tp_small: 128 rows x 64 x 4 B = 32 KiB per TP all-reduce at 2 micro-batches
+TP_SMALL_LAYERS = 16  # 8 blocks: 16 TP all-reduces per micro-batch (forward and backward)
+TP_SMALL_MICRO = 2
 PP_MICRO = 4
 PP_FIX_FACTOR = 4  # analyzers/findings_rules.MICRO_BATCH_FACTOR: the pipeline_bubble finding's proposal
 PP_LAST_SHARE = 0.625  # of the blocks on the last stage (5 of 8): both of its ranks do more work per step
@@ -240,12 +246,14 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
     torch.manual_seed(1234)  # same weights on every rank (DDP would broadcast them anyway)
     tp_state: dict[str, bool] = {}
     dp_group: Any
-    if fault == "tp_megatron":
+    tp_small = fault == "tp_small"
+    hidden = TP_SMALL_HIDDEN if tp_small else args.hidden
+    if fault in ("tp_megatron", "tp_small"):
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh("cpu", (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
         dp_group = mesh.get_group("dp")
-        model, tp_state = megatron_mlp(args.hidden, args.layers, mesh.get_group("tp"))
+        model, tp_state = megatron_mlp(hidden, TP_SMALL_LAYERS if tp_small else args.layers, mesh.get_group("tp"))
         # the same global batch at every TP degree: rows per replica = batch x (world / 2) / dp
         rows = args.batch * (world // 2) // (world // args.tp)
     else:
@@ -284,6 +292,15 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
             # (MICRO_BATCH_FACTOR x the micro-batches at the same global batch)
             pipeline_step(model, x, pp_group, stage, peer, PP_MICRO if on else PP_MICRO * PP_FIX_FACTOR)
             flat_all_reduce(params, dp_group)  # the DP sync after the pipeline's flush
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            stamps.append(time.perf_counter_ns())
+            continue
+        if tp_small:  # the micro-batches of one step: DDP syncs on the last one's backward
+            micro = TP_SMALL_MICRO if on else 1
+            for m, chunk in enumerate(torch.randn(rows, hidden).chunk(micro)):
+                with ddp.no_sync() if m < micro - 1 else contextlib.nullcontext():
+                    ddp(chunk).square().mean().backward()
             opt.step()
             opt.zero_grad(set_to_none=False)
             stamps.append(time.perf_counter_ns())

@@ -50,6 +50,8 @@ class Expect:
     saving_from: str | None = "finding"
     max_hidden_pct: tuple[str, float] | None = None
     forbid: tuple[str, ...] = ()  # finding kinds that must not be above info (a false blame beside the fault)
+    advice: tuple[str, ...] = ()  # words the naming finding's fix must hold
+    advice_not: tuple[str, ...] = ()  # words it must not hold (a fix that does not apply to what it names)
     note: str = ""
 
 
@@ -71,6 +73,10 @@ EXPECT: dict[str, Expect] = {e.fault: e for e in (
            note="rank 3 broadcasts into a buffer twice the root's: desync naming rank 3 (no time saving)"),
     Expect("tp_megatron", quiet=True, saving_from="dim:tp", max_hidden_pct=("tp", 10.0),
            note="a clean tp=2 x dp=2 job: quiet; every TP call blocks (hidden <= 10 %); TP exposed ~ A/B cost"),
+    Expect("tp_small", kinds=("small_messages",), dimension="tp", advice=("more tokens per call",),
+           advice_not=("coalesce them", "bucket_cap_mb"),
+           note="tp=2 x dp=2, hidden 64, 2 micro-batches: small TP all-reduces; the fix is more tokens per call "
+                "(never bucketing), its saving against the A/B of one micro-batch of the same rows"),
     Expect("ddp_async", quiet=True, saving_from="dim:dp",
            note="DDP with many buckets on Gloo's worker threads: no desync, nothing above info"),
     Expect("pp_uneven", kinds=("pipeline_bubble",), dimension="pp", forbid=("straggler", "desync"),
@@ -217,6 +223,9 @@ def judge(fault: str, report: dict[str, Any]) -> Verdict:
             v.problems.extend(f"{f['id']}: {m}" for f in kinds for m in _names_it(f, e, report))
         if naming:
             best = max(naming, key=lambda f: f.get("saving_ns_per_step", 0))
+            action = str(best.get("action", ""))
+            v.problems += [f"its fix lacks {w!r}" for w in e.advice if w not in action]
+            v.problems += [f"its fix says {w!r}, which does not apply" for w in e.advice_not if w in action]
             v.estimate_model = str(best.get("saving_model", ""))
             estimated = e.saving_from == "finding" and not any(n in v.estimate_model for n in NOT_ESTIMATED)
             v.estimate_ms = best.get("saving_ns_per_step", 0) / 1e6 if estimated else None

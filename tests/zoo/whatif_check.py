@@ -190,7 +190,9 @@ BEGIN, END = "<!-- calibration:whatif -->", "<!-- /calibration:whatif -->"
 def write(rows: list[dict[str, Any]], source: str) -> None:
     target = REPO / "analyzers" / "calibration.json"
     data = json.loads(target.read_text()) if target.exists() else {}
-    data["whatif"] = {"source": source, "bands": bands(rows)}
+    # a kind this pass did not measure (the cluster cases without root) keeps its band from the pass that did
+    kept = data.get("whatif", {}).get("bands", {})
+    data["whatif"] = {"source": source, "bands": {**kept, **bands(rows)}}
     target.write_text(json.dumps(data, indent=1) + "\n")
     doc = REPO / "docs" / "findings.md"
     body = doc.read_text()

@@ -19,6 +19,12 @@ The layout model re-derives each dimension's traffic from the measured calls, at
 * **Compute** per rank is kept as measured: at the same world size each rank does 1/W of the work
   whatever the split (the efficiency of other GEMM shapes is not modelled). The pipeline's stage count
   must stay (its bubble depends on micro-batches the what-if cannot change), and CP / EP sizes too.
+* **EP folded into the dense dimensions** (Megatron-Core's MoE layout: the expert groups are carved out
+  of the ranks that tp·cp·dp·pp already spans, so the sizes multiply past the world): the experts' layout
+  is its own, not given by the dense one. EP keeps its size, its groups and their tier as measured, and
+  its bytes per call scale with the tokens one rank holds in the MoE layer, ``1 / (tp · cp · dp)``
+  (sequence parallelism: a TP rank dispatches its own share of the tokens) — at the same world size and
+  pipeline depth that is 1. The dense tokens per rank are then ``1 / (cp · dp)``.
 
 What cannot be estimated from the run is refused in one line (a UsageError): a dimension the run has no
 traffic of to scale from, another world size, another pipeline depth.
@@ -105,12 +111,33 @@ def _refuse(text: str, why: str) -> UsageError:
     return UsageError(f"--what-if {text}: cannot be estimated from this run: {why}")
 
 
-def _check(text: str, old: dict[str, int], new: dict[str, int], world: int) -> None:
+def folded_ep(sizes: dict[str, int], world: int) -> bool:
+    """EP folded into the dense dimensions (module doc): its sizes multiply past the world, the dense ones
+    alone make it, and the expert groups fit in the ranks of one pipeline stage."""
+    dense = math.prod(n for d, n in sizes.items() if d != "ep")
+    return (sizes.get("ep", 1) > 1 and math.prod(sizes.values()) != world and dense == world
+            and (world // sizes.get("pp", 1)) % sizes["ep"] == 0)
+
+
+def sizes_after(text: str, old: dict[str, int], given: dict[str, int], world: int) -> tuple[dict[str, int], bool]:
+    """The layout after the change (every dimension of size > 1) and whether EP is folded in it. A folded
+    EP keeps its size when the change does not name it."""
+    folded = folded_ep(old, world)
+    new = dict(given)
+    if folded:
+        new.setdefault("ep", old["ep"])
+    _check(text, old, new, world, folded)
+    return new, folded
+
+
+def _check(text: str, old: dict[str, int], new: dict[str, int], world: int, folded: bool = False) -> None:
     if not old:
         raise _refuse(text, "its groups have no known dimension (pass --layout)")
-    if math.prod(new.values()) != world:
-        raise _refuse(text, f"{' x '.join(f'{d}={n}' for d, n in new.items())} is {math.prod(new.values())} ranks, "
-                            f"the run has {world}")
+    counted = {d: n for d, n in new.items() if not (folded and d == "ep")}
+    if math.prod(counted.values()) != world:
+        ep = f" (ep={old['ep']} is folded into them, as Megatron lays out MoE experts)" if folded else ""
+        raise _refuse(text, f"{' x '.join(f'{d}={n}' for d, n in counted.items())} is "
+                            f"{math.prod(counted.values())} ranks, the run has {world}{ep}")
     for dim in MEGATRON_ORDER:
         before, after = old.get(dim, 1), new.get(dim, 1)
         if after > 1 and before == 1:
@@ -123,14 +150,18 @@ def _check(text: str, old: dict[str, int], new: dict[str, int], world: int) -> N
             raise _refuse(text, f"keep {dim}={before}: {why}")
 
 
-def factors(old: dict[str, int], new: dict[str, int]) -> dict[str, float]:
+def factors(old: dict[str, int], new: dict[str, int], folded: bool = False) -> dict[str, float]:
     """Per dimension: the ratio of its bytes per call after to before (module doc)."""
     def size(sizes: dict[str, int], *dims: str) -> int:
         return math.prod(sizes.get(d, 1) for d in dims)
 
-    tokens = size(old, "cp", "ep", "dp") / size(new, "cp", "ep", "dp")
+    split = ("cp", "dp") if folded else ("cp", "ep", "dp")  # the dimensions that split the batch
+    tokens = size(old, *split) / size(new, *split)
     params = size(old, "tp", "pp") / size(new, "tp", "pp")
-    return {**{d: tokens for d in ACTIVATION_DIMS}, "dp": params}
+    out = {**{d: tokens for d in ACTIVATION_DIMS}, "dp": params}
+    if folded:  # the MoE layer's tokens per rank: a TP rank dispatches its share (sequence parallelism)
+        out["ep"] = size(old, "tp", "cp", "dp") / size(new, "tp", "cp", "dp")
+    return out
 
 
 def _blocking_share_kept(calls: pl.DataFrame, pgs: pl.DataFrame) -> pl.DataFrame:
@@ -153,12 +184,13 @@ def _blocking_share_kept(calls: pl.DataFrame, pgs: pl.DataFrame) -> pl.DataFrame
 def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
     """The step time of the run laid out as ``change.sizes`` (module doc)."""
     warnings: list[str] = []
-    old, new = run_sizes(a), {d: n for d, n in change.sizes if n > 1}
+    old = run_sizes(a)
     world = int(a.ranks["world_size"].max() or a.ranks.height) if "world_size" in a.ranks.columns else a.ranks.height
     if a.ranks.height != world or a.ranks["node"].null_count():
         raise _refuse(change.text, f"it needs every rank and its node ({a.ranks.height} of {world} ranks traced)")
-    _check(change.text, old, new, world)
-    layout = Layout(dict(new), change.order or MEGATRON_ORDER)
+    new, folded = sizes_after(change.text, old, {d: n for d, n in change.sizes if n > 1}, world)
+    # a folded EP keeps its groups and tier as measured: the dense layout places the others
+    layout = Layout({d: n for d, n in new.items() if not (folded and d == "ep")}, change.order or MEGATRON_ORDER)
     tiers = _placement(a, layout, warnings)
     peaks = {t: whatif.tier_peak(a, t) for t in set(tiers.values())}
     notes: list[str] = []
@@ -170,7 +202,7 @@ def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
                                                                   & pl.col("peak_gbps").is_null()).height):
             raise _refuse(change.text, f"{name} would move onto {tier} and a peak bandwidth is not known for it or "
                                        f"its tier now (pass --peak {tier}=GB/s)")
-    f = factors(old, new)
+    f = factors(old, new, folded)
     dim = pl.col("dimension")
     scale = dim.replace_strict(f, default=1.0, return_dtype=pl.Float64)
     n_after = dim.replace_strict({d: new.get(d, 1) for d in old}, default=None, return_dtype=pl.Int64)
@@ -201,8 +233,11 @@ def estimate_layout(a: Analysis, change: whatif.Change) -> whatif.WhatIf:
     before = ",".join(f"{d}={old[d]}" for d in MEGATRON_ORDER if d in old)
     method = (f"layout {before} -> {','.join(f'{d}={new[d]}' for d in MEGATRON_ORDER if d in new)}: groups placed "
               f"Megatron-style ({', '.join(f'{d} on {t}' for d, t in tiers.items())}); bytes per call x "
-              f"{f['tp']:.3g} for activations (tp/pp/cp/ep: tokens per rank) and x {f['dp']:.3g} for dp "
-              "(parameters per rank), same calls per step; alpha-beta transfer on the new bytes, group sizes "
+              f"{f['tp']:.3g} for activations (tp/pp/cp{'' if folded else '/ep'}: tokens per rank) and x "
+              f"{f['dp']:.3g} for dp (parameters per rank)"
+              + (f"; ep={new['ep']} folded into the dense ranks (Megatron MoE): its groups and tier kept as "
+                 f"measured, bytes per call x {f['ep']:.3g} (tokens per rank in the MoE layer)" if folded else "")
+              + ", same calls per step; alpha-beta transfer on the new bytes, group sizes "
               "and tiers (latency steps x tier latency + bus bytes / bandwidth); exposure re-derived per rank, "
               "step and group (tp/cp/ep keep their exposed share); compute per rank kept as measured (same world "
               "size: each rank does 1/W of the work; the efficiency of other GEMM shapes is not modelled)"

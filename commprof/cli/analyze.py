@@ -103,7 +103,8 @@ WHILE_WAITING: tuple[str | Callable[[], object], ...] = (*LATE_IMPORTS, _first_u
                    "layout:DIM=N,... (layout:tp=4,dp=2, alone) lays the run out anew at the same world size: "
                    "each dimension's bytes re-derived from the measured calls (activations per rank for "
                    "tp/pp/cp/ep, parameters per rank for dp), groups placed Megatron-style on the nodes, "
-                   "compute per rank kept. A change that cannot happen (a group larger than a node onto "
+                   "compute per rank kept; an ep folded into the dense ranks (Megatron MoE) keeps its size and "
+                   "groups. A change that cannot happen (a group larger than a node onto "
                    "NVLink) or cannot be estimated from the run is refused (exit 2).")
 @runner_options
 @allow_partial_option

@@ -53,6 +53,7 @@ TP_SMALL_MICRO = 2
 PP_MICRO = 4
 PP_FIX_FACTOR = 4  # analyzers/findings_rules.MICRO_BATCH_FACTOR: the pipeline_bubble finding's proposal
 PP_LAST_SHARE = 0.625  # of the blocks on the last stage (5 of 8): both of its ranks do more work per step
+MOE_TOPK = 4  # --moe: experts per token (each token is sent to this many)
 
 
 def parse() -> argparse.Namespace:
@@ -67,6 +68,11 @@ def parse() -> argparse.Namespace:
     p.add_argument("--a2a-mb", type=float, default=4.0, help="MiB each rank sends in each all_to_all")
     p.add_argument("--tp", type=int, default=2, help="tp_megatron: the TP degree (dp = world / tp); the model and the "
                    "global batch stay the same (--batch rows per DP replica at tp=2 on 4 ranks, scaled by 2 / dp)")
+    p.add_argument("--moe", type=int, default=0, metavar="EP",
+                   help="tp_megatron: an MoE layer after the blocks, its tokens dispatched and combined by all_to_all "
+                        "(forward and backward) over expert groups of EP ranks folded into the dense ranks as "
+                        "Megatron-Core lays them out (ranks r, r + world/EP, ...); a rank dispatches its TP share of "
+                        "its replica's rows (sequence parallelism), MOE_TOPK copies each: the same bytes at every --tp")
     return p.parse_args()
 
 
@@ -220,6 +226,46 @@ def all_to_all(tokens: Any, fault_on: bool, group: Any) -> Any:
     return back
 
 
+def expert_groups(ep: int) -> Any:
+    """--moe: this rank's expert group (ranks r, r + world/ep, ...), every group made on every rank."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    stride = world // ep
+    mine = None
+    for first in range(stride):
+        group = dist.new_group([first + k * stride for k in range(ep)])
+        if rank % stride == first:
+            mine = group
+    return mine
+
+
+def moe_layer(tokens: Any, group: Any) -> Any:
+    """Dispatch each token to MOE_TOPK experts and combine them back: two all_to_all in the forward and two in
+    the backward (the gradient takes the same route back), as MoE token dispatchers do."""
+    import torch
+    import torch.distributed as dist
+
+    def route(flat: torch.Tensor) -> torch.Tensor:
+        sent = flat.repeat(MOE_TOPK)
+        routed = torch.empty_like(sent)
+        dist.all_to_all_single(routed, sent, group=group)  # dispatch
+        back = torch.empty_like(sent)
+        dist.all_to_all_single(back, routed * 1.0001, group=group)  # the experts, then combine
+        return back.view(MOE_TOPK, -1).sum(0)
+
+    class Dispatch(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return route(x.contiguous().view(-1)).view_as(x)
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return route(grad.contiguous().view(-1)).view_as(grad)
+
+    return Dispatch.apply(tokens)
+
+
 def grad_sync(fault: str, on: bool, ab: bool) -> str:
     """How this iteration's gradients are synchronised: "ddp" (DDP's buckets during the backward), "flat"
     (one all-reduce after it), "per_tensor" (one per gradient after it) or "none" (the A/B's off
@@ -253,6 +299,8 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
 
         mesh = init_device_mesh("cpu", (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
         dp_group = mesh.get_group("dp")
+        tp_rank = mesh.get_local_rank("tp")
+        moe_group = expert_groups(args.moe) if args.moe > 1 else None
         model, tp_state = megatron_mlp(hidden, TP_SMALL_LAYERS if tp_small else args.layers, mesh.get_group("tp"))
         # the same global batch at every TP degree: rows per replica = batch x (world / 2) / dp
         rows = args.batch * (world // 2) // (world // args.tp)
@@ -260,6 +308,7 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
         rows = args.batch
         dp_group = dist.group.WORLD
         model = mlp(args.hidden, args.layers)
+        tp_rank, moe_group = 0, None
     # the experts' all-to-all has its own group, as in MoE frameworks (an "ep" group over the world)
     ep_group = dist.new_group(list(range(world))) if fault.endswith("alltoall") else None
     bucket_mb = 0.25 if fault == "ddp_async" else 2.0
@@ -311,6 +360,8 @@ def main() -> None:  # noqa: PLR0915 (one training loop, read top to bottom)
                 routed = all_to_all(torch.randn(a2a_numel), fault == "uneven_alltoall" and on, ep_group)
                 out = out + routed[: out.numel()].view_as(out)
             loss = out.square().mean()
+            if moe_group is not None:  # the MoE layer on this TP rank's share of the rows
+                loss = loss + moe_layer(out.chunk(args.tp)[tp_rank], moe_group).square().mean()
             loss.backward()
         if sync == "per_tensor":
             tensor_all_reduce(params, dp_group)

@@ -10,7 +10,8 @@ prediction on a recorded run is compared with the median step time of the job re
 * ``overlap:dp``: ``dp_after_backward`` (one all-reduce after the backward) against ``clean`` (DDP's buckets
   during the backward);
 * ``layout:``: ``tp_megatron`` at tp=2 x dp=2 against the same model and global batch at tp=4 (``layout:tp=4``)
-  and at tp=1 x dp=4 (``layout:dp=4``);
+  and at tp=1 x dp=4 (``layout:dp=4``); the same with an MoE layer whose expert groups of 2 are folded into the
+  dense ranks (``--moe 2``: the what-if keeps ep=2 as measured);
 * on a cluster of network namespaces (root; tests/netns_cluster.py, the jobs of tests/zoo/layout_zoo.py):
   ``DIM:TIER``: TP across the nodes with ``tp:loopback`` and ``dp:ethernet`` against TP inside them; ``TIER=GB/s``:
   TP inside at a fast link with ``ethernet=`` the bandwidth it reached there times the ratio of the link rates,
@@ -46,6 +47,9 @@ JOBS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tp2": ("tp_megatron", ("--tp", "2")),
     "tp4": ("tp_megatron", ("--tp", "4")),
     "tp1": ("tp_megatron", ("--tp", "1")),
+    "tp2_moe": ("tp_megatron", ("--tp", "2", "--moe", "2")),
+    "tp4_moe": ("tp_megatron", ("--tp", "4", "--moe", "2")),
+    "tp1_moe": ("tp_megatron", ("--tp", "1", "--moe", "2")),
 }
 # (kind, the what-if changes, the recorded base job, the job recorded with the change made)
 CASES: list[tuple[str, tuple[str, ...], str, str]] = [
@@ -53,6 +57,8 @@ CASES: list[tuple[str, tuple[str, ...], str, str]] = [
     ("overlap", ("overlap:dp",), "dp_after_backward", "clean"),
     ("layout", ("layout:tp=4",), "tp2", "tp4"),
     ("layout", ("layout:dp=4",), "tp2", "tp1"),
+    ("layout", ("layout:tp=4",), "tp2_moe", "tp4_moe"),
+    ("layout", ("layout:dp=4",), "tp2_moe", "tp1_moe"),
 ]
 KIND_TEXT = {"straggler": "straggler:off", "overlap": "overlap:DIM", "layout": "layout:...", "move": "DIM:TIER",
              "bandwidth": "TIER=GB/s"}

@@ -7,15 +7,13 @@ iteration (perf_counter stamps in the optimizer's post-step hook, before commpro
 from __future__ import annotations
 
 import json
-import re
 import statistics
-import subprocess
 import warnings
 from pathlib import Path
 
 import polars as pl
 import pytest
-from test_record_torchrun import SCRIPTS, job_env, run_record, torchrun
+from test_record_torchrun import SCRIPTS, crashed_after_training, job_env, run_record, torchrun
 
 import commprof
 from commprof.analyzers.pipeline import Analysis
@@ -26,22 +24,10 @@ SCRIPT = SCRIPTS / "numbers_train.py"
 RANKS = 4
 
 
-# torchrun's summary of a rank killed by SIGABRT or SIGSEGV
-_CRASHED = re.compile(r"exitcode\s*: (-6|-11) ")
-
-
-def crashed_after_training(done: subprocess.CompletedProcess[str], report: Path) -> bool:
-    """Every rank finished training and wrote its report, then one died by a signal: the rare teardown
-    crash of torch's Gloo/profiler in recorded CPU jobs (tools/abort_repro.py measures it), not a number
-    these tests judge."""
-    finished = sorted(int(p.stem.split("-")[1]) for p in report.glob("rank-*.json"))
-    return done.returncode != 0 and finished == list(range(RANKS)) and bool(_CRASHED.search(done.stderr))
-
-
 def record(tmp: Path, mode: str) -> tuple[Analysis, dict[int, list[int]]]:
     report = tmp / "report"
     done = run_record(tmp / "run", torchrun(RANKS, SCRIPT), env=job_env(report, MODE=mode, STEPS="7"))
-    if crashed_after_training(done, report):  # seen once in a fresh-clone CI run (2026-12-06): record once more
+    if crashed_after_training(done, report, RANKS):  # seen once in a fresh-clone CI run (2026-12-06): record once more
         warnings.warn(f"a rank crashed at exit after training; recorded again:\n{done.stderr[-1500:]}",
                       stacklevel=1)
         tmp = tmp / "again"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from commprof.ingest.common import comm_kernels
+
 COMM_KERNEL_PREFIXES = ("nccl", "rccl")
 # CPU ops that are collectives. The first group run the transfer on the CPU (Gloo, MPI, UCC, oneCCL's
 # CPU work); the second only enqueue a device collective, so on a trace without the device side their
@@ -16,20 +18,15 @@ COMM_OP_PREFIXES = ("gloo:", "mpi:", "ucc:", "ccl:", "oneccl_bindings_for_pytorc
 # name does not say which collective it is (NCCL runs all-to-all as grouped send/recv).
 CALL_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", *ENQUEUE_OP_PREFIXES)
 
-# Device kernels of collectives libraries other than NCCL/RCCL, found in their sources and in traces
-# people posted: torch symmetric memory (one/two-shot and multimem all-reduce, all-gather, reduce-scatter),
-# vLLM/SGLang custom all-reduce (cross_device_reduce_1stage/2stage), TensorRT-LLM / FlashInfer
-# (oneShotAllReduceKernel, twoShotAllReduceKernel, allreduce fusion and Lamport kernels), DeepEP
-# (dispatch/combine: all-to-all), Ascend HCCL (hcom_*), oneCCL and MSCCL++ kernels.
-_LIBRARY_KERNEL = re.compile(
-    r"cross_device_reduce_[12]stage|(?:one|two)_?shot_?(?:all_?reduce|all_?gather|reduce_?scatter|reduce)"
-    r"|multimem_|allreduce_?fusion|custom_?all_?reduce|lamport|deep_ep::|hcom_|hccl|oneccl|mscclpp|quick_?reduce",
-    re.IGNORECASE,
-)
 # Words that make a kernel look like communication (warned about when no rule above claims it).
+# Kernels of other collectives libraries are in comm_kernels.py (the catalogue)
 _LOOKS_LIKE_COMM = re.compile(
     r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send_?recv", re.IGNORECASE
 )
+# the verbs of expert-parallel and symmetric-memory kernels, looked for in the function's own qualified name
+# only (CUB's DeviceReduceByKeyKernel<cub::DispatchReduceByKey<...>> is not a dispatch)
+_LOOKS_LIKE_LIBRARY_COMM = re.compile(
+    r"dispatch|combine|notify|(?:one|two)_?shot|multimem|nvshmem|symm_?mem|userbuffers", re.IGNORECASE)
 MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 DEVICE_CATEGORIES = frozenset({"kernel", *MEMORY_CATEGORIES})
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "operator"})
@@ -72,12 +69,15 @@ DTYPE_BYTES: dict[str, int] = {
 
 
 def is_comm_kernel(name: str) -> bool:
-    return name.startswith(COMM_KERNEL_PREFIXES) or _LIBRARY_KERNEL.search(name) is not None
+    return name.startswith(COMM_KERNEL_PREFIXES) or comm_kernels.describe(name) is not None
 
 
 def looks_like_comm(name: str) -> bool:
-    """A name that reads like a collective although no rule classifies it as one."""
-    return _LOOKS_LIKE_COMM.search(name) is not None
+    """A name that reads like a collective although no rule classifies it as one (the local work the
+    catalogue knows inside communication libraries, DeepEP's get_dispatch_layout for one, excepted)."""
+    qualified = comm_kernels.qualified(name)
+    return ((_LOOKS_LIKE_COMM.search(name) is not None or _LOOKS_LIKE_LIBRARY_COMM.search(qualified) is not None)
+            and comm_kernels.COMPUTE_IN_COMM_LIBRARIES.search(qualified) is None)
 
 
 @lru_cache(maxsize=4096)  # kernel and op names repeat by the thousand within a trace
@@ -85,6 +85,9 @@ def kernel_op(name: str) -> str:
     """The collective a communication kernel runs, from its name."""
     if name.startswith(COMM_KERNEL_PREFIXES):
         return normalize_op(name)
+    known = comm_kernels.describe(name)
+    if known is not None and known.op:
+        return known.op
     base = _function_name(name)
     low = base.lower()
     if "cross_device_reduce" in low or "multimem_one_shot_reduce" in low or "lamport" in low \

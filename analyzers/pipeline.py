@@ -27,6 +27,7 @@ from commprof.analyzers.findings import Finding, rank_findings
 from commprof.analyzers.fr_seq import seq_from_flight_recorder
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
 from commprof.analyzers.hang import HangReport, hang_report
+from commprof.analyzers.library_groups import group_rows, with_library_groups
 from commprof.analyzers.overlap import (
     PG_STEPS_SCHEMA,
     SPANS_SCHEMA,
@@ -156,6 +157,7 @@ def step_skew(w: _Work) -> None:
     # calls without a seq take it from the Flight Recorder dumps beside the traces, where they align
     collectives, notes = seq_from_flight_recorder(w.tables.collectives, w.tables.sidecars.flight_recorder)
     w.warnings.extend(notes)
+    collectives = with_library_groups(collectives)  # library kernels in no process group: a group per library
     skew = analyze_skew(collectives, w.tables.ranks)
     w.collectives = collectives.join(skew.calls, on=["rank", "call"], how="left")
     w.host_clocks, w.match_by, w.unmatched = skew.host_clocks, skew.match_by, skew.unmatched
@@ -245,6 +247,7 @@ def step_dimensions(w: _Work) -> None:
         check_layout(w.settings.layout, w.tables.facts.world_size)
     w.groups = classify_dimensions(w.groups, w.collectives, w.steps, w.tables.facts.world_size,
                                    w.settings.layout, w.groups["nodes_spanned"].to_list())
+    w.groups = group_rows(w.collectives, w.groups, w.settings.network)
 
 
 def step_efficiency(w: _Work) -> None:

@@ -11,9 +11,11 @@ import json
 import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import commprof
+from commprof.analyzers.pipeline import AnalysisSettings
 from commprof.ingest.common import comm_kernels, names
 from commprof.synth import TraceBuilder
 
@@ -91,3 +93,13 @@ def test_a_deepep_step_is_communication_hidden_behind_compute(tmp_path: Path) ->
     assert step["overlapped_comm_ns"] == (20 + 200 + 20 + 200) * 1000  # all of it beside the GEMM
     assert step["exposed_comm_ns"] == 0
     assert not [w for w in run.warnings if "look like communication" in w]
+    # no process group in the trace: one group for the library and path its names state, ep, on the network
+    groups = a.process_groups.filter(pl.col("pg") == "DeepEP: internode").to_dicts()
+    assert len(groups) == 1 and groups[0]["dimension"] == "ep" and groups[0]["dimension_source"] == "kernel name"
+    assert groups[0]["tier"] == "unknown"  # internode, and the run names no network
+    b_ = commprof.analyze(run, AnalysisSettings(network="ib"))
+    assert set(b_.collectives["pg"].to_list()) == {"DeepEP: internode"}
+    row = b_.dimension_tier.filter((pl.col("dimension") == "ep") & (pl.col("tier") == "ib")).to_dicts()
+    assert len(row) == 1 and row[0]["ops_per_step"] == 4
+    assert row[0]["comm_ns_per_step"] == 440_000 and row[0]["exposed_ns_per_step"] == 0  # time and ops in one row
+    assert b_.dimension_tier.height == 1

@@ -45,6 +45,23 @@ class CommKernel:
     op: str
     path: str
 
+    @property
+    def dimension(self) -> str:
+        """The parallel dimension the library's kernel serves, where the library says it: an all-to-all (or
+        DeepEP's barrier) moves MoE tokens (ep); the inference and comm-GEMM-overlap all-reduces serve tensor
+        parallelism (tp). "" where the kernel is general-purpose (symmetric memory, MSCCL++, NVSHMEM)."""
+        if self.op == "all_to_all" or self.library == "DeepEP":
+            return "ep"
+        return "tp" if self.library in TP_LIBRARIES else ""
+
+    @property
+    def tier(self) -> str:
+        """``nvlink`` where the name says NVLink, ``network`` where it says internode (the run's network tells
+        which), "" where it says nothing."""
+        if self.path.startswith(("intranode (NVLink)", "NVLink SHARP", "multi-node NVLink")):
+            return "nvlink"
+        return "network" if self.path.startswith("internode") else ""
+
 
 def _f(library: str, pattern: str, op: str, path: str, example: str) -> Family:
     return Family(library, re.compile(pattern), op, path, example)
@@ -116,6 +133,8 @@ FAMILIES: tuple[Family, ...] = (
        "void mori::moe::EpDispatchIntraNodeKernel<__hip_bfloat16>(mori::moe::EpDispatchCombineArgs<__hip_bfloat16>)"),
 )
 
+TP_LIBRARIES = frozenset({"vLLM/SGLang custom all-reduce", "vLLM quick all-reduce", "TensorRT-LLM",
+                          "FlashInfer (TensorRT-LLM all-reduce)", "Transformer Engine userbuffers"})
 # Kernels inside those libraries' namespaces that do local work (and names of the old rule below that are)
 COMPUTE_IN_COMM_LIBRARIES = re.compile(
     r"get_dispatch_layout|_epilogue_impl$|RMSNorm|lamport_initialize|kuserbuffers_(?:dummy|inc)$")

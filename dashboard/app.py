@@ -43,7 +43,7 @@ h2 { margin: 10px 0 8px; } h3 { margin: 14px 0 6px; }
 .headline { display: flex; gap: 12px; flex-wrap: wrap; margin: 6px 0 12px; }
 .tile { border: 1px solid #cfd8dc; border-radius: 6px; padding: 8px 14px; flex: 1 1 150px; min-width: 0; }
 .tile.wide { flex: 2 1 260px; }
-.tile .value { font-size: 24px; font-weight: 600; white-space: nowrap; }
+.tile .value { font-size: 24px; font-weight: 600; overflow-wrap: anywhere; }
 .tile .label { color: #546e7a; font-size: 12px; text-transform: uppercase; letter-spacing: .03em; }
 .tile .sub { color: #555; font-size: 12px; }
 table.grid { border-collapse: collapse; font-size: 13px; max-width: 100%; }

@@ -18,8 +18,8 @@ COMM_OP_PREFIXES = ("gloo:", "mpi:", "ucc:", "ccl:", "oneccl_bindings_for_pytorc
 # name does not say which collective it is (NCCL runs all-to-all as grouped send/recv).
 CALL_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", *ENQUEUE_OP_PREFIXES)
 
-# Words that make a kernel look like communication (warned about when no rule above claims it).
-# Kernels of other collectives libraries are in comm_kernels.py (the catalogue)
+# Words that make a kernel look like communication (warned about when neither NCCL's prefixes nor the
+# catalogue of other libraries' kernels, comm_kernels.py, claims it).
 _LOOKS_LIKE_COMM = re.compile(
     r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send_?recv", re.IGNORECASE
 )
@@ -90,8 +90,8 @@ def kernel_op(name: str) -> str:
         return known.op
     base = _function_name(name)
     low = base.lower()
-    if "cross_device_reduce" in low or "multimem_one_shot_reduce" in low or "lamport" in low \
-            or "fusion" in low or "quick" in low:
+    # a name the catalogue claims only by the words of the rule before it (comm_kernels._WORDS)
+    if "lamport" in low or "fusion" in low or "quick" in low:
         return "all_reduce"
     if low.endswith(("dispatch", "combine")) or "deep_ep" in name.lower():
         return "all_to_all"

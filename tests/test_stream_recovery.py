@@ -28,7 +28,8 @@ NAMES = st.sampled_from(["", '},{"ph": "X"}', "}, {", "x" * 400, "a,b", "]}", "Ã
 
 
 def trace_text(suffixes: list[str], indent: int | None) -> tuple[bytes, list[str]]:
-    names = [f"e{i}{s}" for i, s in enumerate(suffixes)]
+    # fixed-width ids: a damaged name cut short ("e13" -> "e1") cannot read as another event's name
+    names = [f"e{i:03d}{s}" for i, s in enumerate(suffixes)]
     events = [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": 1000 + i, "dur": 1}
               for i, n in enumerate(names)]
     doc = {"distributedInfo": {"rank": 0}, "traceEvents": events, "traceName": "t"}
@@ -64,7 +65,7 @@ def test_damage_costs_its_event_and_never_duplicates(tmp_path_factory: pytest.Te
                                                      data: st.DataObject) -> None:
     text, names = trace_text(suffixes, indent)
     k = data.draw(st.integers(0, len(names) - 1))
-    start = text.index(f'"e{k}'.encode())  # inside event k's name
+    start = text.index(f'"e{k:03d}'.encode())  # inside event k's name
     at = start + data.draw(st.integers(0, 3))
     bad = data.draw(st.sampled_from([b"#", b"\x00", b'"', b"{", b"[" * 3000]))
     path = tmp_path_factory.mktemp("s") / "t.json"

@@ -41,6 +41,9 @@ from commprof.analyzers.sanity import DOUBTFUL_SCHEMA, check_ranks
 from commprof.analyzers.settings import AnalysisSettings
 from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
 from commprof.analyzers.traffic import traffic_matrix
+from commprof.analyzers.uncounted import SCHEMA as UNCOUNTED_SCHEMA
+from commprof.analyzers.uncounted import summarize as summarize_uncounted
+from commprof.analyzers.uncounted import warning as uncounted_warning
 from commprof.analyzers.whatif import WhatIf
 from commprof.ingest.runner import LocalPool, ProgressFn, Runner
 from commprof.ingest.tables import IntervalSource, RunFacts, RunTables
@@ -89,6 +92,8 @@ class Analysis:
     exposed_note: ExposedNote | None = None
     hang: HangReport | None = None  # from Flight Recorder dumps beside the traces (analyzers/hang.py)
 
+    # kernels that read like communication but no rule counts, the largest by time first (analyzers/uncounted.py)
+    uncounted: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=UNCOUNTED_SCHEMA))
     # Made when first read (the dashboard's skew and topology pages): no report, rule or text view reads
     # them, so `analyze` does not pay their queries (issue 24). Each is computed from frames of the analysis
     # (collectives, process_groups, steps), as the steps computed them before.
@@ -157,7 +162,8 @@ def step_skew(w: _Work) -> None:
     # calls without a seq take it from the Flight Recorder dumps beside the traces, where they align
     collectives, notes = seq_from_flight_recorder(w.tables.collectives, w.tables.sidecars.flight_recorder)
     w.warnings.extend(notes)
-    collectives = with_library_groups(collectives)  # library kernels in no process group: a group per library
+    # library kernels in no process group (and families the user declared): a group per library
+    collectives = with_library_groups(collectives, w.tables.declared)
     skew = analyze_skew(collectives, w.tables.ranks)
     w.collectives = collectives.join(skew.calls, on=["rank", "call"], how="left")
     w.host_clocks, w.match_by, w.unmatched = skew.host_clocks, skew.match_by, skew.unmatched
@@ -247,7 +253,7 @@ def step_dimensions(w: _Work) -> None:
         check_layout(w.settings.layout, w.tables.facts.world_size)
     w.groups = classify_dimensions(w.groups, w.collectives, w.steps, w.tables.facts.world_size,
                                    w.settings.layout, w.groups["nodes_spanned"].to_list())
-    w.groups = group_rows(w.collectives, w.groups, w.settings.network)
+    w.groups = group_rows(w.collectives, w.groups, w.settings.network, w.tables.declared)
 
 
 def step_efficiency(w: _Work) -> None:
@@ -302,6 +308,9 @@ def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner:
     settings = settings or AnalysisSettings()
     own = runner or LocalPool()
     w = _Work(tables, settings, list(tables.warnings), own, progress, collectives=tables.collectives)
+    uncounted_kernels = summarize_uncounted(tables.uncounted)
+    if (note := uncounted_warning(uncounted_kernels)) is not None:
+        w.warnings.append(note)
     try:
         for _name, step in STEPS:
             step(w)
@@ -312,7 +321,7 @@ def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner:
         settings=settings, facts=tables.facts, tables=tables, ranks=tables.ranks, process_groups=w.groups,
         steps=w.steps, collectives=w.collectives, pg_steps=w.pg_steps, exposed_spans=w.spans,
         host_clocks=w.host_clocks, match_by=w.match_by, unmatched_calls=w.unmatched,
-        warnings=tuple(w.warnings), doubtful_ranks=w.doubtful,
+        warnings=tuple(w.warnings), doubtful_ranks=w.doubtful, uncounted=uncounted_kernels,
         hang=hang_report(tables.sidecars.flight_recorder, tables.sidecars.flight_recorder_groups), **w.out,
     )
     return step_findings(analysis)

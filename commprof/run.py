@@ -19,6 +19,7 @@ from commprof.ingest.runner import ProgressFn, Runner
 from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
 
 if TYPE_CHECKING:
+    from commprof.ingest.common.comm_kernels import Declared
     from commprof.ingest.group_union import GroupUnion
     from commprof.ingest.tables import RowSlice, RunTables
 
@@ -39,6 +40,7 @@ class Run:
     rank_files: list[RankFile]
     warnings: list[str] = field(default_factory=list)
     _tables: RunTables | None = field(default=None, repr=False)
+    declared: tuple[Declared, ...] = ()  # kernel families the user declared communication (--comm-kernel)
 
     @property
     def path(self) -> Path:
@@ -216,7 +218,16 @@ class Run:
         shared = Counter(store.part_file(rf.meta, rf.entry.stem) for rf in self.rank_files)
         files = tuple((rf.rank, _interval_source(self.ingested.cache, rf, shared)) for rf in self.rank_files)
         return RunTables(facts, ranks, self.process_groups, collectives, self.step_marks, files, sidecars,
-                         tuple(self.warnings) + self.group_union.warnings + sidecars.warnings)
+                         tuple(self.warnings) + self.group_union.warnings + sidecars.warnings, self.declared,
+                         _uncounted(self.rank_files))
+
+
+def _uncounted(rank_files: list[RankFile]) -> tuple[tuple[int, str, int, int, int], ...]:
+    """What each rank's reader kept of the kernels that read like communication but no rule counts (meta)."""
+    return tuple((rf.rank, row[0], row[1], row[2], row[3])
+                 for rf in rank_files for row in rf.meta.get("uncounted") or []
+                 if isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)
+                 and all(type(v) is int for v in row[1:]))
 
 
 def _rank_ends(sidecars: list[dict[str, Any]]) -> tuple[tuple[int, str], ...]:
@@ -355,7 +366,7 @@ def _subset(out: list[RankFile], wanted: frozenset[int], world: int | None,
 def open_run(
     path: str | Path | Sequence[str | Path], *, cache_dir: str | Path | None = None, jobs: int | None = None,
     progress: ProgressFn | None = None, runner: Runner | None = None, ranks: Iterable[int] | None = None,
-    allow_partial: bool = False, step_range: str | None = None,
+    allow_partial: bool = False, step_range: str | None = None, declared: tuple[Declared, ...] = (),
 ) -> Run:
     """Open a commprof run directory, a folder of Kineto traces or one trace file; or one job recorded into
     several (a parent folder of node folders, or a list of paths: each node's folder).
@@ -364,18 +375,19 @@ def open_run(
     ``jobs`` processes) and cached as Parquet; later opens read the cache. ``ranks``: open only these
     ranks' traces (a quick look at a big run). A trace damaged inside (not just cut short at its end) is
     an error unless ``allow_partial``. ``step_range``: the NVTX range that marks a step in Nsight Systems
-    exports (default: ProfilerStep#N and common training-loop names).
+    exports (default: ProfilerStep#N and common training-loop names). ``declared``: kernel families the user
+    declares communication (``--comm-kernel``; commprof.ingest.common.comm_kernels.Declared).
     """
     source = discover_paths([path] if isinstance(path, (str, Path)) else path)
     wanted = None if ranks is None else frozenset(ranks)
     ingested = store.ingest(source, Path(cache_dir) if cache_dir else None, jobs, progress, runner, wanted,
-                            step_range)
+                            step_range, declared)
     rank_files, warnings = _assign_ranks(ingested, wanted, allow_partial, source.manifest)
     warnings += _step_range_warnings(ingested, rank_files, step_range)
     # one line each, whatever the file names in them hold (the one place Run warnings are made printable)
     warnings = [printable(w) for w in (*source.problems, *ingested.problems, *manifest_warnings(source.manifest),
                                        *warnings)]
-    return Run(source, ingested, rank_files, warnings)
+    return Run(source, ingested, rank_files, warnings, declared=declared)
 
 
 def _step_range_warnings(ingested: store.Ingested, rank_files: list[RankFile], step_range: str | None) -> list[str]:

@@ -103,3 +103,33 @@ def test_a_deepep_step_is_communication_hidden_behind_compute(tmp_path: Path) ->
     assert len(row) == 1 and row[0]["ops_per_step"] == 4
     assert row[0]["comm_ns_per_step"] == 440_000 and row[0]["exposed_ns_per_step"] == 0  # time and ops in one row
     assert b_.dimension_tier.height == 1
+    from commprof.report import analysis_json
+    from tests.test_report_formats import _validator
+
+    _validator("analyze.schema.json").validate(json.loads(json.dumps(analysis_json.build(b_))))
+
+
+def test_library_calls_are_matched_across_ranks_and_a_late_rank_is_seen(tmp_path: Path) -> None:
+    """Library kernels carry no seq: within their library group they are matched by order on each rank (every EP
+    rank launches the same dispatch/combine sequence), so skew and waits are measured as for NCCL calls. Rank 1
+    starts each dispatch 50 us late (synthetic, known by construction): rank 0's dispatch waits 50 us for it."""
+    ep = "deep_ep::internode::"
+    for rank in range(2):
+        b = TraceBuilder(rank=rank, world_size=2)
+        for step in range(3):
+            t, late = step * 1000, 50 * rank
+            b.step(step + 1, t, t + 1000)
+            b.kernel("void at::native::vectorized_elementwise_kernel<4, float>(int, float)", t, t + 100, stream=7)
+            b.kernel(f"void {ep}dispatch<8, 768, 6144>(int4*, float*, int*)", t + 100 + late, t + 400, stream=16)
+            b.kernel(f"void {ep}combine<__nv_bfloat16, 8>(int4*, float*)", t + 500, t + 700, stream=16)
+        for kernel in [e for e in b.events if e["cat"] == "kernel"]:
+            b.cpu("cudaLaunchKernel", kernel["ts"] - 5, kernel["ts"] - 4, cat="cuda_runtime",
+                  correlation=kernel["args"]["correlation"])
+        b.write(tmp_path / "run" / f"rank-{rank}.json")
+    a = commprof.analyze(commprof.open_run(tmp_path / "run", cache_dir=tmp_path / "cache", jobs=1))
+    assert a.match_by == "order" and a.unmatched_calls == 0
+    calls = a.collectives.filter(pl.col("name").str.contains("dispatch")).sort("rank", "start_ns")
+    assert calls["matched_ranks"].to_list() == [2] * 6
+    assert calls.filter(pl.col("rank") == 0)["wait_ns"].to_list() == [50_000] * 3
+    assert calls.filter(pl.col("rank") == 1)["wait_ns"].to_list() == [0] * 3
+    assert calls["late_rank"].unique().to_list() == [1]

@@ -197,8 +197,9 @@ def test_kernels_of_other_collectives_libraries_are_communication(tmp_path: Path
     assert coll["bytes"].null_count() == coll.height  # no size args: unknown, not 0
     kinds = dict(run.intervals.group_by("kind").len().iter_rows())
     assert kinds["comm"] == len(LIBRARY_KERNELS) and kinds["compute"] == 3
-    warned = [w for w in run.warnings if "look like communication" in w]
-    assert warned and "2 kernels (1 names)" in warned[0] and "my_fused_allgather" in warned[0]
+    warned = [w for w in commprof.analyze(run).warnings if "look like communication" in w]
+    assert warned and "1 kernel name(s)" in warned[0] and "my_fused_allgather" in warned[0]
+    assert "(1 rank, 2 calls)" in warned[0]
 
 
 def test_cpu_collectives_of_other_backends(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ TOP_KEYS = {
     "max_exposed_comm_pct": "number", "max_exposed_ms_per_step": "number", "max_straggler_wait_ms": "number",
     "fail_on_findings": "severity", "baseline": "path", "max_regression_pct": "percent",
     "noise_floor_ms": "number", "dimension": "table", "tier": "table",
+    "comm_kernel": "comm_kernels",  # kernel families declared communication (commprof/cli/comm_kernel_option.py)
 }
 DIMENSION_KEYS = {"max_exposed_comm_pct": "number", "max_exposed_ms_per_step": "number"}
 TIER_KEYS = {"min_busbw_efficiency": "number", "peak_gbps": "number", "min_bytes": "number"}
@@ -88,7 +89,8 @@ class CheckConfig:
     def as_dict(self) -> dict[str, Any]:
         """The resolved rules, as the check JSON report shows them."""
         out: dict[str, Any] = {
-            k: getattr(self, k) for k in TOP_KEYS if k not in ("dimension", "tier") and getattr(self, k) is not None
+            k: getattr(self, k) for k in TOP_KEYS
+            if k not in ("dimension", "tier", "comm_kernel") and getattr(self, k) is not None
         }
         for key, table in (("dimension", self.dimension), ("tier", self.tier)):
             out[key] = {name: {k: v for k, v in vars(lim).items() if v is not None} for name, lim in table.items()}
@@ -159,6 +161,8 @@ def _apply(config: CheckConfig, data: dict[str, Any], source: _Source) -> None:
     for key, value in data.items():
         if key not in TOP_KEYS:
             raise source.error(f"unknown rule {key!r}; {_suggest(key, list(TOP_KEYS))}", key)
+        if TOP_KEYS[key] == "comm_kernels":  # not a rule: how the run is read (checked where it is read)
+            continue
         if TOP_KEYS[key] != "table":
             setattr(config, key, _value(TOP_KEYS[key], key, value, source))
             continue

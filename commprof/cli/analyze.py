@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from commprof.cli.comm_kernel_option import comm_kernel_option, with_configured
 from commprof.cli.common import (
     allow_partial_option,
     output_options,
@@ -109,17 +110,18 @@ WHILE_WAITING: tuple[str | Callable[[], object], ...] = (*LATE_IMPORTS, _first_u
 @runner_options
 @allow_partial_option
 @step_range_option
+@comm_kernel_option
 @output_options
 def analyze(paths: tuple[str, ...], hta_compat: bool, top: int, workers: int | None, scheduler: str | None,
             ranks: str | None, layout: str | None, network: str | None, gpus_per_node: int | None,
             switches_path: str | None, peaks: str | None, what_if: tuple[str, ...], allow_partial: bool,
-            step_range: str | None, fmt: str, output: Path | None) -> None:
+            step_range: str | None, comm_kernels: tuple[Any, ...], fmt: str, output: Path | None) -> None:
     """Analyze a run directory, a folder of traces (Kineto JSON, nsys SQLite exports) or one trace file.
 
     A job recorded into one folder per node (local disks): give the node folders, or their parent folder;
     they are one run. A folder of Flight Recorder dumps or NCCL Inspector logs alone gives the hang report
     and the bandwidth per communicator."""
-    request = RunRequest(paths, parse_ranks(ranks), allow_partial, step_range)
+    request = RunRequest(paths, parse_ranks(ranks), allow_partial, step_range, with_configured(comm_kernels))
     if scheduler is None:  # one big trace not cached yet: read in a second process while this one imports
         start_prefetch(request, WHILE_WAITING)
     from commprof.report import report_cache
@@ -129,7 +131,7 @@ def analyze(paths: tuple[str, ...], hta_compat: bool, top: int, workers: int | N
         "hta_compat": hta_compat, "top": top, "layout": layout, "network": network, "gpus_per_node": gpus_per_node,
         "switches": _file_stamp(switches_path),
         "peaks": peaks, "what_if": list(what_if), "ranks": ranks, "allow_partial": allow_partial,
-        "step_range": step_range})
+        "step_range": step_range, "comm_kernels": [repr(d) for d in request.declared]})
     known = report_cache.quick_load(quick)
     if known is not None:
         from commprof.report import analysis_text

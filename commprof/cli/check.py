@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from commprof.cli.comm_kernel_option import comm_kernel_option, with_configured
 from commprof.cli.common import allow_partial_option, runner_options, step_range_option, write_output
 from commprof.cli.opening import RunRequest, open_request, paths_argument
 
@@ -95,12 +96,13 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
 @runner_options
 @allow_partial_option
 @step_range_option
+@comm_kernel_option
 def check(paths: tuple[str, ...], config_path: Path | None, max_exposed_comm_pct: float | None,
           max_exposed_ms_per_step: float | None, max_straggler_wait_ms: float | None,
           fail_on_findings: str | None, rules: tuple[str, ...], baseline: str | None, max_regression: str | None,
           noise_floor_ms: float | None, fmt: str, output: Path | None, junit_path: Path | None,
           markdown_path: Path | None, json_path: Path | None, workers: int | None, scheduler: str | None,
-          ranks: str | None, allow_partial: bool, step_range: str | None) -> None:
+          ranks: str | None, allow_partial: bool, step_range: str | None, comm_kernels: tuple[Any, ...]) -> None:
     """Check a run (or an analyze/check JSON report) against thresholds and a baseline. A job recorded into
     one folder per node: give the node folders (or their parent); they are one run."""
     from commprof.check import evaluate, inputs, load_config
@@ -114,6 +116,7 @@ def check(paths: tuple[str, ...], config_path: Path | None, max_exposed_comm_pct
     }
     overrides += [(k, v) for k, v in flags.items() if v is not None]
     config = load_config(config_path, overrides)
+    declared = with_configured(comm_kernels, config_path)
     if baseline is not None:
         config.baseline = baseline
     from commprof.analyzers.pipeline import AnalysisSettings
@@ -129,7 +132,8 @@ def check(paths: tuple[str, ...], config_path: Path | None, max_exposed_comm_pct
     with work_session(workers, scheduler) as (runner, progress):
         def opener(p: str | tuple[str, ...]) -> Any:
             given = (p,) if isinstance(p, str) else p
-            return open_request(RunRequest(given, subset, allow_partial, step_range), runner, progress)
+            return open_request(RunRequest(given, subset, allow_partial, step_range, declared), runner,
+                                progress)
 
         base = (inputs.load(config.baseline, opener, settings=settings, runner=runner, progress=progress)
                 if config.baseline else None)

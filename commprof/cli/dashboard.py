@@ -15,7 +15,8 @@ import click
 from commprof.cli.analyze import analyze as _analyze_command
 from commprof.cli.analyze import read_switches
 
-ANALYSIS_OPTIONS = ("layout", "network", "gpus_per_node", "switches_path", "peaks", "hta_compat", "step_range")
+ANALYSIS_OPTIONS = ("layout", "network", "gpus_per_node", "switches_path", "peaks", "hta_compat", "step_range",
+                    "comm_kernels")
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "127.0.1.1")
 
 
@@ -36,8 +37,8 @@ def run_keys(paths: list[str] | list[tuple[str, ...]]) -> list[str]:
     return keys
 
 
-def load_runs(paths: list[str], jobs: int | None = None,
-              step_range: str | None = None) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+def load_runs(paths: list[str], jobs: int | None = None, step_range: str | None = None,
+              declared: tuple[Any, ...] = ()) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """Open every run up front: (runs, failures key -> message, keys in the order given). The folders of one
     job's nodes are one run (opening.group_by_job). A run that cannot be opened is reported on its page while
     the others are served; when none can, it stops (exit 2)."""
@@ -49,7 +50,7 @@ def load_runs(paths: list[str], jobs: int | None = None,
     groups = group_by_job(paths)
     keys = run_keys(groups)
     for key, path in zip(keys, groups, strict=True):
-        opened = _open_or_message(path, jobs, step_range)
+        opened = _open_or_message(path, jobs, step_range, declared)
         if isinstance(opened, str):
             failures[key] = opened
         else:
@@ -60,7 +61,8 @@ def load_runs(paths: list[str], jobs: int | None = None,
     return runs, failures, keys
 
 
-def _open_or_message(paths: tuple[str, ...], jobs: int | None, step_range: str | None = None) -> Any:
+def _open_or_message(paths: tuple[str, ...], jobs: int | None, step_range: str | None = None,
+                     declared: tuple[Any, ...] = ()) -> Any:
     """The opened run, or the one-line message saying why it could not be opened."""
     from commprof.errors import CommprofError, InputError
 
@@ -68,17 +70,17 @@ def _open_or_message(paths: tuple[str, ...], jobs: int | None, step_range: str |
         for path in paths:
             if not Path(path).expanduser().exists():
                 raise InputError("no such file or folder", path)
-        return _open(paths, jobs, step_range)
+        return _open(paths, jobs, step_range, declared)
     except CommprofError as err:
         return str(err)
 
 
-def _open(paths: tuple[str, ...], jobs: int | None, step_range: str | None) -> Any:
+def _open(paths: tuple[str, ...], jobs: int | None, step_range: str | None, declared: tuple[Any, ...] = ()) -> Any:
     from commprof.cli.opening import RunRequest, open_request
     from commprof.errors import InputError
 
     try:
-        return open_request(RunRequest(paths, step_range=step_range), jobs=jobs)
+        return open_request(RunRequest(paths, step_range=step_range, declared=declared), jobs=jobs)
     except (OSError, ValueError, RecursionError) as err:
         raise InputError(f"cannot load the run: {type(err).__name__}: {err}", " + ".join(paths)) from None
 
@@ -103,8 +105,7 @@ def host_warning(host: str, port: int) -> str | None:
               help="Processes that parse traces in parallel (default: one per core).")
 def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, layout: str | None,
               network: str | None, gpus_per_node: int | None, switches_path: str | None, peaks: str | None,
-              hta_compat: bool,
-              step_range: str | None) -> None:
+              hta_compat: bool, step_range: str | None, comm_kernels: tuple[Any, ...]) -> None:
     """Open runs (run directories, folders of traces or trace files) in a web dashboard.
 
     Pages: overview, timeline, collectives, topology, skew, and compare (with two runs or more). The
@@ -120,7 +121,9 @@ def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, la
     warning = host_warning(host, port)
     if warning:
         click.echo(warning, err=True)
-    runs, failures, order = load_runs(list(paths), jobs, step_range)
+    from commprof.cli.comm_kernel_option import with_configured
+
+    runs, failures, order = load_runs(list(paths), jobs, step_range, with_configured(comm_kernels))
     for key, message in failures.items():
         click.echo(f"commprof: warning: {key}: {message} (its page says so; the other runs are served)", err=True)
     for key, run in runs.items():

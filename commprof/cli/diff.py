@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from commprof.cli.comm_kernel_option import comm_kernel_option, with_configured
 from commprof.cli.common import (
     allow_partial_option,
     output_options,
@@ -22,9 +23,10 @@ from commprof.cli.common import (
 @runner_options
 @allow_partial_option
 @step_range_option
+@comm_kernel_option
 @output_options
 def diff(runs: tuple[str, ...], workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool,
-         step_range: str | None, fmt: str, output: Path | None) -> None:
+         step_range: str | None, comm_kernels: tuple[Any, ...], fmt: str, output: Path | None) -> None:
     """Compare run B against run A (RUNS: A B): step time, exposed and overlapped comm per dimension and tier,
     bytes per step, busbw, findings new or gone. A run recorded into one folder per node is given as its
     parent folder or as its node folders (they name one job: one run)."""
@@ -39,10 +41,12 @@ def diff(runs: tuple[str, ...], workers: int | None, scheduler: str | None, rank
         listed = "; ".join(" + ".join(g) for g in groups)
         raise UsageError(f"diff compares two runs; these paths are {len(groups)} run(s): {listed}")
     subset = parse_ranks(ranks)
+    declared = with_configured(comm_kernels)
     with work_session(workers, scheduler) as (runner, progress):
         def opener(p: str | tuple[str, ...]) -> Any:
             given = (p,) if isinstance(p, str) else p
-            return open_request(RunRequest(given, subset, allow_partial, step_range), runner, progress)
+            return open_request(RunRequest(given, subset, allow_partial, step_range, declared), runner,
+                                progress)
 
         a, b = (g[0] if len(g) == 1 else g for g in groups)
         left = inputs.load(a, opener, runner=runner, progress=progress)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 import commprof
+from commprof.cli.comm_kernel_option import comm_kernel_option, with_configured
 from commprof.cli.common import allow_partial_option, runner_options, step_range_option
 from commprof.cli.opening import RunRequest, open_request, paths_argument
 
@@ -21,8 +23,10 @@ from commprof.cli.opening import RunRequest, open_request, paths_argument
 @runner_options
 @allow_partial_option
 @step_range_option
+@comm_kernel_option
 def export(paths: tuple[str, ...], perfetto_path: Path, split_dir: Path | None, workers: int | None,
-           scheduler: str | None, ranks: str | None, allow_partial: bool, step_range: str | None) -> None:
+           scheduler: str | None, ranks: str | None, allow_partial: bool, step_range: str | None,
+           comm_kernels: tuple[Any, ...]) -> None:
     """Export a run as one trace: a process per rank, collectives annotated with dimension, tier, bytes,
     busbw and exposed time, an exposed-comm track and counter per rank."""
     from commprof.cli.common import parse_ranks, work_session
@@ -31,7 +35,8 @@ def export(paths: tuple[str, ...], perfetto_path: Path, split_dir: Path | None, 
     from commprof.ingest.exports import split_by_rank
 
     with work_session(workers, scheduler) as (runner, progress):
-        run = open_request(RunRequest(paths, parse_ranks(ranks), allow_partial, step_range), runner, progress)
+        request = RunRequest(paths, parse_ranks(ranks), allow_partial, step_range, with_configured(comm_kernels))
+        run = open_request(request, runner, progress)
         trace = perfetto.build(commprof.analyze(run, runner=runner, progress=progress))
     try:
         if str(perfetto_path) == "-":

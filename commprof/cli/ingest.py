@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
+from commprof.cli.comm_kernel_option import comm_kernel_option, with_configured
 from commprof.cli.common import (
     allow_partial_option,
     parse_ranks,
@@ -19,8 +22,9 @@ from commprof.cli.opening import RunRequest, open_request, paths_argument
 @runner_options
 @allow_partial_option
 @step_range_option
+@comm_kernel_option
 def ingest(paths: tuple[str, ...], workers: int | None, scheduler: str | None, ranks: str | None, allow_partial: bool,
-           step_range: str | None) -> None:
+           step_range: str | None, comm_kernels: tuple[Any, ...]) -> None:
     """Parse a run's traces into its tables/ cache and say what was found.
 
     PATH is a commprof run directory, a folder of traces or one trace: Kineto (torch.profiler) .json /
@@ -29,7 +33,8 @@ def ingest(paths: tuple[str, ...], workers: int | None, scheduler: str | None, r
     and NCCL logs beside them are read when a command needs them."""
     subset = parse_ranks(ranks)
     with work_session(workers, scheduler) as (runner, progress):
-        run = open_request(RunRequest(paths, subset, allow_partial, step_range), runner, progress)
+        request = RunRequest(paths, subset, allow_partial, step_range, with_configured(comm_kernels))
+        run = open_request(request, runner, progress)
         where = runner.describe()
     ing = run.ingested
     sources: dict[str, int] = {}

@@ -33,6 +33,7 @@ class RunRequest:
     ranks: list[int] | None = None
     allow_partial: bool = False
     step_range: str | None = None
+    declared: tuple[Any, ...] = ()  # kernel families declared communication (comm_kernel_option.py)
 
     @property
     def label(self) -> str:
@@ -44,7 +45,7 @@ class RunRequest:
 
 def start_prefetch(request: RunRequest, while_waiting: tuple[str | Callable[[], object], ...] = ()) -> None:
     """One big trace not cached yet: read it in a second process while this one imports its libraries."""
-    if request.one_path() is None:
+    if request.one_path() is None or request.declared:  # the child reads with the catalogue alone
         return
     from commprof.ingest.kineto import prefetch
 
@@ -66,10 +67,10 @@ def open_request(request: RunRequest, runner: Any = None, progress: Any = None, 
     target: str | list[str] = request.paths[0] if len(request.paths) == 1 else list(request.paths)
     if runner is not None:
         return open_run(target, runner=runner, progress=progress, ranks=request.ranks,
-                        allow_partial=request.allow_partial, step_range=request.step_range)
+                        allow_partial=request.allow_partial, step_range=request.step_range, declared=request.declared)
     with work_session(jobs) as (own, bar):
         return open_run(target, runner=own, progress=bar, ranks=request.ranks, allow_partial=request.allow_partial,
-                        step_range=request.step_range)
+                        step_range=request.step_range, declared=request.declared)
 
 
 def analyzed_report(run: Any, settings: Any, cache_options: dict[str, Any], quick: Any = None, runner: Any = None,

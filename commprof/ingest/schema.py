@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-INGEST_VERSION = 6  # bump whenever what ingest writes changes: every cached table is then rebuilt
+INGEST_VERSION = 7  # bump whenever what ingest writes changes: every cached table is then rebuilt
 
 KINDS = ("compute", "comm", "memory", "wait", "annotation")
 

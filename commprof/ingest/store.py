@@ -33,6 +33,7 @@ import polars as pl
 
 from commprof.errors import CommprofError, InputError, NotATraceError, TruncatedTraceError
 from commprof.ingest import cache_place
+from commprof.ingest.common import comm_kernels
 from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
 from commprof.ingest.formats import RankTrace, extract, rank_from_file_name
@@ -230,6 +231,7 @@ def _extract_one(entry: FileEntry, sidecars: list[dict[str, Any]] | None,
         "gpu_name": rank_trace.gpu_name,
         "mode": rank_trace.mode,
         "warnings": rank_trace.warnings,
+        "uncounted": rank_trace.uncounted,
         "n_intervals": len(rank_trace.intervals),
         "corrupt": rank_trace.corrupt,
         "digest": digest,
@@ -246,7 +248,8 @@ def _batch_name(entries: list[FileEntry], metas: list[dict[str, Any]], salt: str
 
 
 def parse_batch(entries: list[FileEntry], cache: Path, sidecars: list[dict[str, Any]] | None = None,
-                step_range: str | None = None, salt: str = "") -> list[Outcome]:
+                step_range: str | None = None, salt: str = "",
+                declared: tuple[comm_kernels.Declared, ...] = ()) -> list[Outcome]:
     """Parse a batch of raw traces and write their tables (runs in a worker process): one Outcome per
     trace, as if each had been a task of its own (a trace whose parse raises is that trace's error). The
     traces' tables go to one file per table for all of them (a lone trace's are named by its stem);
@@ -258,7 +261,8 @@ def parse_batch(entries: list[FileEntry], cache: Path, sidecars: list[dict[str, 
 
     defer = len(entries) > 1
     _WRITTEN.clear()  # the last batch's frames: not held while this one is parsed
-    outcomes = [guarded(_extract_one, e, sidecars, step_range, defer) for e in entries]
+    with comm_kernels.declaring(declared):  # the user's kernel families, for the readers' name rules
+        outcomes = [guarded(_extract_one, e, sidecars, step_range, defer) for e in entries]
     done = [(e, o.value[0], o.value[1]) for e, o in zip(entries, outcomes, strict=True)
             if o.error is None and o.value[1] is not None]
     # traces whose tables share their column types share a file (the rest, e.g. another reader's, get their own)
@@ -339,7 +343,8 @@ def _batches(weights: list[int], parallel: int) -> list[list[int]]:
 
 
 def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: list[dict[str, Any]],
-               progress: ProgressFn | None, step_range: str | None = None, salt: str = "") -> list[dict[str, Any]]:
+               progress: ProgressFn | None, step_range: str | None = None, salt: str = "",
+               declared: tuple[comm_kernels.Declared, ...] = ()) -> list[dict[str, Any]]:
     """Parse every trace on the runner, small ones several to a task. A file whose parse fails (corrupt
     gzip, a bug) becomes a skipped entry with its error: it is reported, the other ranks complete, and it
     is not cached, so the next open tries it again. A task lost whole (its worker died) is run again one
@@ -351,7 +356,7 @@ def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: lis
     results: list[Outcome | None] = [None] * len(todo)
 
     def run(groups: list[list[int]], progress: ProgressFn | None) -> list[list[int]]:
-        tasks = [([todo[i] for i in g], cache, sidecars, step_range, salt) for g in groups]
+        tasks = [([todo[i] for i in g], cache, sidecars, step_range, salt, declared) for g in groups]
         outcomes = runner.run(parse_batch, tasks, [sum(weights[i] for i in g) for g in groups], "ingest", progress,
                               [len(g) for g in groups])
         lost: list[list[int]] = []
@@ -517,16 +522,20 @@ def _known_rank(entry: FileEntry, rec: dict[str, Any] | None) -> int | None:
 
 def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
            progress: ProgressFn | None = None, runner: Runner | None = None,
-           ranks: frozenset[int] | None = None, step_range: str | None = None) -> Ingested:
+           ranks: frozenset[int] | None = None, step_range: str | None = None,
+           declared: tuple[comm_kernels.Declared, ...] = ()) -> Ingested:
     """Parse what is not cached (on ``runner``; a local pool sized to the machine by default) and
     return every trace's cache entry. ``ranks``: only the traces of these ranks are opened (a trace
     whose rank is known neither from the cache nor from its file name is opened to learn it).
-    ``step_range``: the NVTX range name of a step in nsys exports."""
+    ``step_range``: the NVTX range name of a step in nsys exports. ``declared``: kernel families the user
+    declares communication (--comm-kernel)."""
     problems: list[str] = []
     sidecars, sidecar_key = read_sidecars(source, problems)
     if step_range is not None and any(p.name.endswith(".sqlite") for p in source.traces):
         # it changes the nsys exports' tables: a cache made without it (or with another name) is stale
         sidecar_key += f"|step-range:{step_range}"
+    if declared:  # they decide which kernels are communication: tables made under other rules are stale
+        sidecar_key += "|comm-kernels:" + hashlib.sha1(repr(declared).encode()).hexdigest()
     place = cache_place.choose(source, cache.absolute() if cache else None, _up_to_date(source, sidecar_key))
     cache = place.folder.absolute()
     if place.note:
@@ -548,7 +557,8 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     todo = [e for e in entries if not freshness[e.rel]]
     own = runner or make_runner(jobs)
     try:
-        fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress, step_range, sidecar_key)}
+        fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress, step_range, sidecar_key,
+                                                      declared)}
     finally:
         if runner is None:
             own.close()

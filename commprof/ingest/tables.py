@@ -12,12 +12,15 @@ import stat
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from commprof.ingest.schema import INTERVALS
 from commprof.ingest.sidecar_tables import SidecarTables, empty_sidecars
+
+if TYPE_CHECKING:
+    from commprof.ingest.common.comm_kernels import Declared
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class RunTables:
     interval_files: tuple[tuple[int, IntervalSource], ...]  # (rank, Parquet file of its intervals, or its rows)
     sidecars: SidecarTables = field(default_factory=empty_sidecars)
     warnings: tuple[str, ...] = ()
+    declared: tuple[Declared, ...] = ()  # kernel families the user declared communication (comm_kernels.Declared)
+    # per rank, kernels that read like communication but no rule counts: (rank, name, calls, ns, side-stream ns)
+    uncounted: tuple[tuple[int, str, int, int, int], ...] = ()
 
     def rank_intervals(self, columns: Sequence[str] | None = None,
                        ranks: Collection[int] | None = None) -> Iterator[tuple[int, pl.DataFrame]]:

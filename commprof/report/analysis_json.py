@@ -90,6 +90,8 @@ def build(analysis: Analysis) -> dict[str, Any]:
             "synthetic": facts.synthetic,
             "layout": _layout(analysis),
             "steps_analyzed": analysis.steps_analyzed,
+            # kernel families the user declared communication (--comm-kernel, [[comm_kernel]])
+            "declared_comm_kernels": [{"spec": d.spec, "name": d.name or None} for d in analysis.tables.declared],
         },
         "conventions": {"bandwidth": BANDWIDTH_CONVENTION},
         "totals": analysis.totals,
@@ -115,6 +117,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
         "what_if": _what_if(analysis),
         "exposed_note": asdict(analysis.exposed_note) if analysis.exposed_note else None,
         "doubtful_ranks": analysis.doubtful_ranks.to_dicts(),
+        "uncounted_comm_kernels": _rows(analysis.uncounted, list(analysis.uncounted.columns), ("ns_per_rank",)),
         "flight_recorder": hang_dict(analysis.hang),
         "warnings": [printable(w) for w in analysis.warnings],  # file names in them: one line each
     })

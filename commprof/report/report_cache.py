@@ -167,7 +167,8 @@ def key(run: Any, settings: Any, options: dict[str, Any]) -> str | None:
         return None
     env = _env_rows()
     parts = [str(KEY_VERSION), sys.version, polars.__version__, numpy_row, run.source.identity,
-             repr(settings), json.dumps(options, sort_keys=True, default=str), json.dumps(env),
+             repr(settings), repr(getattr(run, "declared", ())), json.dumps(options, sort_keys=True, default=str),
+             json.dumps(env),
              json.dumps(list(run.warnings)), *code, "\1", *inputs]
     return _digest(parts)
 

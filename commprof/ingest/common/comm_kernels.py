@@ -26,6 +26,8 @@ Namespaces are matched at a ``::`` boundary, so ``cdpsk::ep::`` (a CUB scan in D
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -44,12 +46,20 @@ class CommKernel:
     library: str
     op: str
     path: str
+    declared_dimension: str = ""  # a user's rule (Declared) states them; the catalogue's are read from the name
+    declared_tier: str = ""
+
+    @property
+    def is_declared(self) -> bool:
+        return self.library.startswith(DECLARED_PREFIX)
 
     @property
     def dimension(self) -> str:
         """The parallel dimension the library's kernel serves, where the library says it: an all-to-all (or
         DeepEP's barrier) moves MoE tokens (ep); the inference and comm-GEMM-overlap all-reduces serve tensor
         parallelism (tp). "" where the kernel is general-purpose (symmetric memory, MSCCL++, NVSHMEM)."""
+        if self.declared_dimension:
+            return self.declared_dimension
         if self.op == "all_to_all" or self.library == "DeepEP":
             return "ep"
         return "tp" if self.library in TP_LIBRARIES else ""
@@ -57,7 +67,9 @@ class CommKernel:
     @property
     def tier(self) -> str:
         """``nvlink`` where the name says NVLink, ``network`` where it says internode (the run's network tells
-        which), "" where it says nothing."""
+        which), "" where it says nothing; a declared tier as given."""
+        if self.declared_tier:
+            return self.declared_tier
         if self.path.startswith(("intranode (NVLink)", "NVLink SHARP", "multi-node NVLink")):
             return "nvlink"
         return "network" if self.path.startswith("internode") else ""
@@ -181,9 +193,22 @@ def _op_from_words(function: str) -> str:
     return "unknown"
 
 
-@lru_cache(maxsize=4096)  # kernel names repeat by the thousand within a trace
-def describe(name: str) -> CommKernel | None:
-    """The library, op and path of a communication kernel outside NCCL/RCCL; None when it is not one."""
+def describe(name: str, declared: tuple[Declared, ...] | None = None) -> CommKernel | None:
+    """The library, op and path of a communication kernel outside NCCL/RCCL; None when it is not one. The
+    user's ``declared`` families (default: those of the ingest under way, :func:`declaring`) come first."""
+    return _describe(name, _DECLARED if declared is None else declared)
+
+
+@lru_cache(maxsize=8192)  # kernel names repeat by the thousand within a trace
+def _describe(name: str, declared: tuple[Declared, ...]) -> CommKernel | None:
+    for rule in declared:
+        if rule.pattern.search(name):
+            return CommKernel(rule.library, rule.op, "", rule.dimension, rule.tier)
+    return _catalogued(name)
+
+
+@lru_cache(maxsize=4096)
+def _catalogued(name: str) -> CommKernel | None:
     q = qualified(name)
     if COMPUTE_IN_COMM_LIBRARIES.search(q):
         return None
@@ -198,3 +223,91 @@ def describe(name: str) -> CommKernel | None:
         library = next((lib for word, lib in _WORD_LIBRARY if word in low), "other (by its name's words)")
         return CommKernel(library, "", "")
     return None
+
+
+# --- families a user declares (--comm-kernel REGEX=OP[:DIM[:TIER]], [[comm_kernel]] in commprof.toml) ------------
+
+DECLARED_PREFIX = "declared "
+DECLARABLE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send", "recv",
+                  "send_recv", "gather", "scatter", "barrier")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A kernel family the user declares: kernels whose name (as the trace spells it) ``pattern`` finds are
+    communication of ``op``, in ``dimension`` and on ``tier`` where given ("" leaves them to the run)."""
+
+    pattern: re.Pattern[str]
+    op: str
+    dimension: str = ""
+    tier: str = ""
+    name: str = ""  # the group's name in the report; default: the pattern
+
+    @property
+    def library(self) -> str:
+        return f"{DECLARED_PREFIX}{self.name or self.pattern.pattern}"
+
+    @property
+    def spec(self) -> str:
+        """As ``--comm-kernel`` takes it."""
+        tail = (f":{self.dimension}" if self.dimension or self.tier else "") + (f":{self.tier}" if self.tier else "")
+        return f"{self.pattern.pattern}={self.op}{tail}"
+
+
+def declared(pattern: str, op: str, dimension: str = "", tier: str = "", name: str = "") -> Declared:
+    """A checked :class:`Declared`; ValueError with a message a user can act on."""
+    from commprof.vocab import DIMENSIONS, TIERS, UNKNOWN
+
+    if not pattern:
+        raise ValueError("the kernel name pattern is empty")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as err:
+        raise ValueError(f"{pattern!r} is not a regular expression ({err})") from None
+    if compiled.search(""):
+        raise ValueError(f"{pattern!r} matches every kernel name (it matches an empty one)")
+    op = op.strip().lower().replace("-", "_")
+    if op not in DECLARABLE_OPS:
+        raise ValueError(f"op {op!r} is not one of {', '.join(DECLARABLE_OPS)}")
+    dimension = dimension.strip().lower()
+    if dimension and (dimension not in DIMENSIONS or dimension == UNKNOWN):
+        raise ValueError(f"dimension {dimension!r} is not one of {', '.join(d for d in DIMENSIONS if d != UNKNOWN)}")
+    tier = tier.strip().lower()
+    tiers = (*(t for t in TIERS if t != UNKNOWN), "network")  # network: the run's, as its groups across nodes say
+    if tier and tier not in tiers:
+        raise ValueError(f"tier {tier!r} is not one of {', '.join(tiers)}")
+    return Declared(compiled, op, dimension, tier, name.strip())
+
+
+def parse_declared(spec: str) -> Declared:
+    """``REGEX=OP[:DIM[:TIER]]`` (split at the last ``=``: the pattern may hold ``::`` and ``=``)."""
+    pattern, sep, rest = spec.rpartition("=")
+    if not sep:
+        raise ValueError(f"{spec!r}: give REGEX=OP[:DIM[:TIER]], e.g. 'myco::fabric::\\w+=all_to_all:ep'")
+    parts = rest.split(":")
+    if len(parts) > 3:
+        raise ValueError(f"{spec!r}: after '=' give OP[:DIM[:TIER]], e.g. all_reduce:tp:nvlink")
+    parts += [""] * (3 - len(parts))
+    try:
+        return declared(pattern, parts[0], parts[1], parts[2])
+    except ValueError as err:
+        raise ValueError(f"{spec!r}: {err}") from None
+
+
+_DECLARED: tuple[Declared, ...] = ()
+
+
+@contextmanager
+def declaring(rules: tuple[Declared, ...]) -> Iterator[None]:
+    """The user's families in force for what runs inside (an ingest task: the readers ask names.is_comm_kernel
+    without them). The caches are keyed on the families, so nothing decided under others leaks in."""
+    global _DECLARED
+    before, _DECLARED = _DECLARED, tuple(rules)
+    try:
+        yield
+    finally:
+        _DECLARED = before
+
+
+def current() -> tuple[Declared, ...]:
+    return _DECLARED

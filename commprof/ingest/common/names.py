@@ -80,12 +80,20 @@ def looks_like_comm(name: str) -> bool:
             and comm_kernels.COMPUTE_IN_COMM_LIBRARIES.search(qualified) is None)
 
 
-@lru_cache(maxsize=4096)  # kernel and op names repeat by the thousand within a trace
 def kernel_op(name: str) -> str:
-    """The collective a communication kernel runs, from its name."""
+    """The collective a communication kernel runs, from its name (a family the user declared says it)."""
+    return _kernel_op(name, comm_kernels.current())
+
+
+@lru_cache(maxsize=4096)  # kernel and op names repeat by the thousand within a trace
+def _kernel_op(name: str, declared: tuple[comm_kernels.Declared, ...]) -> str:
+    if declared:  # the user's word first, NCCL's own kernels included
+        known = comm_kernels.describe(name, declared)
+        if known is not None and known.is_declared:
+            return known.op
     if name.startswith(COMM_KERNEL_PREFIXES):
         return normalize_op(name)
-    known = comm_kernels.describe(name)
+    known = comm_kernels.describe(name, declared)
     if known is not None and known.op:
         return known.op
     base = _function_name(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -32,6 +33,8 @@ class RankTrace:
     step_marks: pl.DataFrame
     process_groups: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
+    # kernels that read like communication but no rule counts, the largest by time: [name, calls, ns, side-stream ns]
+    uncounted: list[list[Any]] = field(default_factory=list)
     rank_source: str | None = None
     source: str = "kineto"  # which reader read the file: kineto | nsys | ...
     corrupt: str | None = None  # damage inside the text (see StreamResult.corrupt)

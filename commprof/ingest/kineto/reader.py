@@ -140,6 +140,7 @@ def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str
         step_marks=step_marks,
         process_groups=process_groups(dist, arg_sources, sidecar),
         warnings=warnings,
+        uncounted=scan.uncounted,
         rank_source=rank_source if rank is not None else None,
         corrupt=streamed.corrupt,
     )
@@ -188,7 +189,7 @@ def _gpu_tables(
     intervals: pl.DataFrame | Columns = Columns(columns, INTERVALS, kept)
     if not defer or scan.unclassified:
         intervals = pl.DataFrame(columns, schema=INTERVALS)
-        _warn_unclassified(scan, intervals, label, warnings)
+        _note_unclassified(scan, intervals)
     collectives = _gpu_collectives(scan, rank, label, warnings, start, end, valid, launched, launch_ns, correlation,
                                    defer)
     return cast(pl.DataFrame, intervals), collectives
@@ -210,14 +211,24 @@ def _with_nulls(values: np.ndarray, null: np.ndarray) -> pl.Series:
     return series.scatter(np.flatnonzero(null), None) if null.any() else series
 
 
-def _warn_unclassified(scan: Scan, intervals: pl.DataFrame, label: str, warnings: list[str]) -> None:
+UNCOUNTED_KEPT = 8  # per rank, the largest by time: the run's list is made of them (analyzers/uncounted.py)
+
+
+def _note_unclassified(scan: Scan, intervals: pl.DataFrame) -> None:
+    """Kernels whose names read like communication that no rule counts (scan.unclassified), by time: name,
+    launches, total ns, ns on a side stream (off the stream that runs most of the rank's compute: where a
+    library's own communication kernels run)."""
     if not scan.unclassified:
         return
-    counts = intervals.filter(pl.col("name").is_in(list(scan.unclassified)))["name"].value_counts(sort=True)
-    shown = ", ".join(f"{name[:80]!r} × {n}" for name, n in counts.head(3).iter_rows())
-    warnings.append(
-        f"{label}: {counts['count'].sum()} kernels ({counts.height} names) look like communication but no rule "
-        f"classifies them, so they count as compute: {shown}")
+    compute = intervals.filter(pl.col("kind") == "compute")
+    lanes = compute.group_by("lane").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
+    main = lanes.sort(["ns", "lane"], descending=[True, False])["lane"][0] if lanes.height else None
+    rows = (compute.filter(pl.col("name").is_in(list(scan.unclassified)))
+            .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("ns"))
+            .group_by("name").agg(pl.len().alias("calls"), pl.col("ns").sum(),
+                                  pl.col("ns").filter(pl.col("lane") != main).sum().alias("side_ns"))
+            .sort(["ns", "name"], descending=[True, False]).head(UNCOUNTED_KEPT))
+    scan.uncounted = [[n, int(c), int(t), int(sd)] for n, c, t, sd in rows.iter_rows()]
 
 
 def _gpu_collectives(

@@ -115,6 +115,7 @@ class Scan:
     launch_names: dict[Any, bool] = field(default_factory=dict)  # runtime call name -> does it launch work
     cpu_roles: dict[str, int] = field(default_factory=dict)  # CPU op name -> _PLAIN, _COMM_OP, ...
     unclassified: set[str] = field(default_factory=set)  # kernel names that read like comm, taken as compute
+    uncounted: list[list[Any]] = field(default_factory=list)  # the largest of them by time (reader.py)
     bad: Counter[str] = field(default_factory=Counter)  # what the skipped device events were
     # kineto.prefetch's child: rows kept as array.array where that is what flush would make (rows.flush_light),
     # so that a pass over whole-µs times never imports numpy; :meth:`adopt` makes them numpy

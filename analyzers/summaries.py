@@ -83,6 +83,7 @@ def _with_bw_inputs(coll: pl.DataFrame) -> pl.DataFrame:
 def _bw_exprs() -> list[pl.Expr]:
     return [
         pl.len().alias("count"),
+        pl.col("bytes").is_null().sum().cast(pl.Int64).alias("bytes_unknown_calls"),  # sizes the trace does not say
         pl.col("_dur").sum().alias("comm_ns"),
         pl.col("overlapped_ns").sum(),
         pl.col("exposed_ns").sum(),
@@ -209,6 +210,7 @@ def dimension_tier(collectives: pl.DataFrame, steps: pl.DataFrame, pg_steps: pl.
             *ks,
             pl.col("groups").fill_null(0),
             (pl.col("count").fill_null(0) / per).alias("ops_per_step"),
+            pl.col("bytes_unknown_calls").fill_null(0),
             (pl.col("bytes").fill_null(0) / per).alias("bytes_per_step"),
             (pl.col("_comm").fill_null(0) / per).alias("comm_ns_per_step"),
             (pl.col("_ovl").fill_null(0) / per).alias("overlapped_ns_per_step"),

@@ -43,14 +43,15 @@ def _rows(frame: Any, keys: list[str], ints: tuple[str, ...] = ()) -> list[dict[
 
 RANK_KEYS = ["rank", "steps", "step_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns",
              "idle_ns", "exposed_wait_ns", "exposed_transfer_ns", "overlap_pct", "exposed_pct_of_step"]
-SUMMARY_KEYS = ["pg", "dimension", "tier", "op", "count", "bytes", "comm_ns", "overlapped_ns", "exposed_ns",
-                "exposed_wait_ns", "exposed_transfer_ns", "algbw_gbps", "busbw_gbps", "peak_gbps", "efficiency"]
+SUMMARY_KEYS = ["pg", "dimension", "tier", "op", "count", "bytes", "bytes_unknown_calls", "comm_ns",
+                "overlapped_ns", "exposed_ns", "exposed_wait_ns", "exposed_transfer_ns", "algbw_gbps", "busbw_gbps",
+                "peak_gbps", "efficiency"]
 TOP_KEYS = ["pg", "dimension", "tier", "op", "bytes", "count", "calls_per_step", "comm_ns", "mean_ns", "exposed_ns",
             "exposed_ns_per_step", "exposed_wait_ns", "busbw_gbps", "peak_gbps", "efficiency"]
 PER_STEP_INTS = ("bytes_per_step", "comm_ns_per_step", "overlapped_ns_per_step", "exposed_ns_per_step",
                  "exposed_wait_ns_per_step", "exposed_transfer_ns_per_step")
-TRAFFIC_KEYS = ["groups", "ops_per_step", *PER_STEP_INTS, "exposed_pct_of_step", "busbw_gbps", "peak_gbps",
-                "efficiency"]
+TRAFFIC_KEYS = ["groups", "ops_per_step", "bytes_unknown_calls", *PER_STEP_INTS, "exposed_pct_of_step", "busbw_gbps",
+                "peak_gbps", "efficiency"]
 STRAGGLER_KEYS = ["rank", "steps", "wait_ns_per_step", "max_wait_ns", "max_wait_pg", "max_wait_op", "max_wait_call",
                   "max_wait_step", "max_wait_late_rank", "matched_calls", "times_last", "caused_wait_ns_per_step"]
 
@@ -62,7 +63,8 @@ def _groups(analysis: Analysis) -> list[dict[str, Any]]:
             "dimension": g["dimension"] or "unknown", "dimension_source": g["dimension_source"],
             "confidence": g["confidence"], "tier": g["tier"] or "unknown", "tier_source": g["tier_source"],
             "nodes_spanned": g["nodes_spanned"], "op_mix": {m["op"]: m["count"] for m in (g.get("op_mix") or [])},
-            "calls": g["count"] or 0, "rank_steps": g["rank_steps"],
+            "calls": g["count"] or 0, "bytes_unknown_calls": g["bytes_unknown_calls"] or 0,
+            "rank_steps": g["rank_steps"],
             **{k: _int(g[k]) for k in PER_STEP_INTS}, "exposed_pct_of_step": g["exposed_pct_of_step"],
             "busbw_gbps": g["busbw_gbps"], "peak_gbps": g.get("peak_gbps"), "efficiency": g.get("efficiency"),
             "nccl_comm": g.get("nccl_comm"),

@@ -20,13 +20,22 @@ def fmt_pct(value: float | None) -> str:
 
 
 def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "?"
+    if n is None:  # the trace does not give the size
+        return "unknown"
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1000
     return f"{n}"
+
+
+def fmt_known_bytes(row: dict[str, Any], key: str) -> str:
+    """A row's bytes, saying where the trace does not give the calls' sizes: "unknown" when none of its calls
+    has one (library kernels, NCCL traces without record_param_comms), "1.2 MB + ?" when some lack it."""
+    unknown = row.get("bytes_unknown_calls") or 0
+    if unknown and not row.get(key):
+        return "unknown"
+    return fmt_bytes(row.get(key)) + (" + ?" if unknown else "")
 
 
 def fmt_gbps(value: float | None) -> str:
@@ -138,7 +147,7 @@ def pg_rows(report: dict[str, Any], limit: int | None = MAX_GROUP_ROWS) -> list[
     groups = groups if limit is None else _worst(groups, "exposed_ns_per_step", limit)
     return [
         [str(g["pg"]), g["desc"] or "-", fmt_ranks(g["ranks"]), g["dimension"], g["tier"], _op_mix(g["op_mix"]),
-         fmt_bytes(g["bytes_per_step"]), fmt_ms(g["comm_ns_per_step"]), fmt_ms(g["exposed_ns_per_step"]),
+         fmt_known_bytes(g, "bytes_per_step"), fmt_ms(g["comm_ns_per_step"]), fmt_ms(g["exposed_ns_per_step"]),
          fmt_gbps(g["busbw_gbps"]), fmt_eff(g.get("efficiency"))]
         for g in groups
     ]
@@ -162,7 +171,7 @@ def top_rows(report: dict[str, Any]) -> list[list[str]]:
 
 def dimension_tier_rows(report: dict[str, Any]) -> list[list[str]]:
     return [
-        [d["dimension"], d["tier"], str(d["groups"]), f"{d['ops_per_step']:,.1f}", fmt_bytes(d["bytes_per_step"]),
+        [d["dimension"], d["tier"], str(d["groups"]), f"{d['ops_per_step']:,.1f}", fmt_known_bytes(d, "bytes_per_step"),
          fmt_ms(d["comm_ns_per_step"]), fmt_ms(d["exposed_ns_per_step"]), fmt_ms(d["exposed_wait_ns_per_step"]),
          fmt_ms(d["exposed_transfer_ns_per_step"]), fmt_pct(d["exposed_pct_of_step"]),
          fmt_gbps(d["busbw_gbps"]), fmt_eff(d["efficiency"])]

@@ -110,3 +110,37 @@ def test_pack_nests_overlapping_events() -> None:
 def test_export_missing_path(cli: Callable[..., Result], tmp_path: Path) -> None:
     result = cli("export", str(tmp_path / "nope"), "--perfetto", str(tmp_path / "o.json"))
     assert result.exit_code == 2
+
+
+def test_export_library_kernels_keep_their_names(cli: Callable[..., Result], tmp_path: Path) -> None:
+    """DeepEP's dispatch/combine (no process group in the trace; synthetic, 2 ranks) are exported under their own
+    names with the library's group, dimension and exposed time, and read back as the same communication."""
+    from commprof.synth import TraceBuilder
+
+    ep = "dpsk::ep::internode::"
+    for rank in range(2):
+        b = TraceBuilder(rank=rank, world_size=2)
+        for step in range(3):
+            t = step * 1000
+            b.step(step + 1, t, t + 1000)
+            b.kernel("void dpsk::gemm::fp8_gemm_kernel<7168, 2048, 128>(__nv_bfloat16*, float*)", t, t + 900)
+            b.kernel(f"void {ep}dispatch<false, 8, true, 8>(int4*, float*, long*)", t + 100, t + 300, stream=16)
+            b.kernel(f"void {ep}combine<false, 8, __nv_bfloat16, 8>(int4*, float*)", t + 500, t + 950, stream=16)
+        b.write(tmp_path / "run" / f"rank-{rank}.json")
+    out = tmp_path / "deepep.json"
+    result = cli("export", str(tmp_path / "run"), "--perfetto", str(out))
+    assert result.exit_code == 0, result.output
+    trace = json.loads(out.read_text())
+    assert_chrome_trace(trace)
+    calls = [ev for ev in trace["traceEvents"] if ev.get("cat") == "kernel" and "::ep::" in ev["name"]]
+    assert len(calls) == 12 and not [ev for ev in trace["traceEvents"] if ev["name"].startswith("nccl:")]
+    first = calls[0]["args"]
+    assert (first["library"], first["pg"], first["dimension"], first["op"]) == ("DeepEP", "DeepEP: internode", "ep",
+                                                                                "all_to_all")
+    assert first["bytes"] is None  # unknown, not 0
+    assert sum(ev["args"]["exposed_ns"] for ev in calls) == 2 * 3 * 50_000  # combine's 50 us past the GEMM
+    original, back = commprof.open_run(tmp_path / "run"), commprof.open_run(out)
+    assert_frame_equal(_collectives(original), _collectives(back))
+    assert_frame_equal(commprof.analyze(original).steps, commprof.analyze(back).steps)
+    groups = commprof.analyze(back).process_groups.filter(pl.col("pg") == "DeepEP: internode")
+    assert groups["dimension"].to_list() == ["ep"]

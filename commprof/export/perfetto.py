@@ -36,7 +36,7 @@ import polars as pl
 
 from commprof.analyzers import intervals as iv
 from commprof.analyzers.overlap import effective_compute
-from commprof.ingest.common import names
+from commprof.ingest.common import comm_kernels, names
 from commprof.ingest.exports import FORMAT, VERSION, distributed_info
 
 if TYPE_CHECKING:
@@ -154,7 +154,12 @@ def _collective_event(row: dict[str, Any], tid: int) -> tuple[str, str, dict[str
         "exposed_ns": round(row["exposed_ns"] or 0.0, 3), "overlapped_ns": round(row["overlapped_ns"] or 0.0, 3),
         "step": row["step"],
     })
-    if not name.startswith(names.COMM_KERNEL_PREFIXES):
+    library = comm_kernels.describe(name, ()) if not name.startswith(names.COMM_KERNEL_PREFIXES) else None
+    if library is not None:  # DeepEP, custom all-reduce, ...: its own name, which commprof reads back as such
+        args["library"] = library.library
+        # its group is the library's (analyzers/library_groups.py), made again when read back: not a trace group
+        args.pop("Process Group Name", None)
+    elif not name.startswith(names.COMM_KERNEL_PREFIXES):  # CPU collectives, families declared for this run
         args["original_name"] = name
         name = f"nccl:{row['op']}"
     return name, "kernel", args

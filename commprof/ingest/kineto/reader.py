@@ -259,8 +259,12 @@ def _gpu_collectives(
             append(fields[key])
     if ambiguous:
         name_ambiguous(scan, cols["op"], [rows[k] for k in ambiguous], ambiguous, correlation, start)
-    unknown = np.array([pg is None and size is None for pg, size in zip(cols["pg"], cols["bytes"], strict=True)],
-                       dtype=np.bool_)
+    # NCCL kernels whose collective arguments are missing; other libraries' kernels never carry them (their op is
+    # in the name, their group is the library's: analyzers/library_groups.py; the run says once that sizes are
+    # unknown)
+    prefixes = names.COMM_KERNEL_PREFIXES
+    unknown = np.array([pg is None and size is None and name_table[code].startswith(prefixes)
+                        for pg, size, code in zip(cols["pg"], cols["bytes"], name_codes, strict=True)], dtype=np.bool_)
     pre_window = int((unknown & ~launched[idx]).sum())
     no_args = int((unknown & launched[idx]).sum())
     if pre_window:

@@ -130,8 +130,7 @@ class RankSession:
         with self._as_internal():
             self.prof.step()
         if self.trace.export_ms is not None or self._recording_over():
-            with self._as_internal():
-                self.prof.stop()  # closes the last ProfilerStep marker; the trace is already out
+            self._stop_profiler()  # closes the last ProfilerStep marker; the trace is already out
             self._close_window(stall_started)
         else:
             self._sync_state()
@@ -155,8 +154,7 @@ class RankSession:
             self._open_window()
         elif self.state == ACTIVE and now - self._window_opened >= (self.window.duration_s or 0.0):
             stall_started = time.perf_counter()
-            with self._as_internal():
-                self.prof.stop()
+            self._stop_profiler()
             self._close_window(stall_started)
 
     # ---- window ------------------------------------------------------------------------------
@@ -274,12 +272,17 @@ class RankSession:
         self.sidecar.merge_groups(self._groups())
         self.sidecar.write()
 
+    def _stop_profiler(self) -> None:
+        """The one place the profiler is stopped (the trace, when the schedule made one, is out by then)."""
+        with self._as_internal(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.prof.stop()
+
     def _stop_discarding(self) -> None:
         self._discard = True
         if self.prof is not None:
-            with self._as_internal(), warnings.catch_warnings(), contextlib.suppress(Exception):
-                warnings.simplefilter("ignore")
-                self.prof.stop()
+            with contextlib.suppress(Exception):
+                self._stop_profiler()
 
     def _yield_to_user_profiler(self) -> None:
         try:
@@ -304,9 +307,7 @@ class RankSession:
                 status = "ended_during_warmup"
             elif self.state == ACTIVE:
                 stall_started = time.perf_counter()
-                with self._as_internal(), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    self.prof.stop()
+                self._stop_profiler()
                 self._close_window(stall_started, status="ended_during_active")
                 flight_recorder_dumped = True
             elif self.state == WAITING:
@@ -339,9 +340,7 @@ class RankSession:
         try:
             if state == ACTIVE and on_owner_thread:
                 stall_started = time.perf_counter()
-                with self._as_internal(), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    self.prof.stop()
+                self._stop_profiler()
                 self._close_window(stall_started, status="killed_during_active")  # dumps Flight Recorder
             elif status is not None:
                 if state == ACTIVE:

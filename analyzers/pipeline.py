@@ -37,6 +37,7 @@ from commprof.analyzers.overlap import (
     analyze_rank_file,
     stack,
 )
+from commprof.analyzers.ras import RasReport, ras_report
 from commprof.analyzers.sanity import DOUBTFUL_SCHEMA, check_ranks
 from commprof.analyzers.settings import AnalysisSettings
 from commprof.analyzers.skew import HOST_CLOCKS, analyze_skew
@@ -135,6 +136,12 @@ class Analysis:
     @property
     def steps_analyzed(self) -> int:
         return int(self.steps["step"].n_unique()) if self.steps.height else 0
+
+    @cached_property
+    def ras(self) -> RasReport | None:
+        """The hang report from NCCL RAS status reports beside the traces (analyzers/ras.py); None without any."""
+        side = self.tables.sidecars
+        return ras_report(side.ras_groups, side.ras_counts, side.ras_notes)
 
 
 @dataclass

@@ -217,19 +217,21 @@ def _console(buffer: io.StringIO) -> Any:
 
 
 def report_without_traces(path: str) -> dict[str, Any] | None:
-    """The report of a folder (or file) that holds Flight Recorder dumps and/or NCCL Inspector logs and no
-    trace; None when there are traces (the dumps are then read beside them) or neither."""
+    """The report of a folder (or file) that holds Flight Recorder dumps, NCCL RAS reports and/or NCCL Inspector
+    logs and no trace; None when there are traces (the dumps are then read beside them) or none of these."""
     from commprof.errors import InputError
     from commprof.ingest.discover import discover, manifest_warnings
     from commprof.ingest.nccl_profiler import find_traces, read_traces
+    from commprof.ingest.nccl_ras import find_reports
 
     where = Path(path)
     if not where.exists():
         return None
     plugin = find_traces(where)
+    ras_files = find_reports(where)
     try:
-        # the plugin's traces are .json too: a folder of nothing else is still untraced
-        if not set(discover(where).traces) <= set(plugin):
+        # the plugin's traces (and a RAS report saved as JSON) are .json too: a folder of nothing else is untraced
+        if not set(discover(where).traces) <= set(plugin) | set(ras_files):
             return None
     except InputError:
         pass
@@ -243,20 +245,33 @@ def report_without_traces(path: str) -> dict[str, Any] | None:
 
     dumps = find_dumps(where) if where.is_dir() else []
     logs = find_logs(where)
-    if not dumps and not logs and not plugin:
+    if not dumps and not logs and not plugin and not ras_files:
         return None
     # a recorded run killed while hung: the manifest says where each rank was (record's SIGTERM flush)
     warnings: list[str] = manifest_warnings(_manifest(where)) if where.is_dir() else []
     hang = hang_report(*read_dumps(dumps, warnings)) if dumps else None
     records = read_logs(logs, warnings) if logs else None
     colls = read_traces(plugin, warnings) if plugin else None
-    if hang is None and (records is None or records.height == 0) and (colls is None or colls.height == 0):
-        raise InputError("no readable Flight Recorder dump, NCCL Inspector record or profiler-plugin collective"
-                         + (f"; {warnings[0]}" if warnings else ""), where)
+    ras = _ras(ras_files, warnings)
+    if hang is None and ras is None and (records is None or records.height == 0) and (colls is None or
+                                                                                      colls.height == 0):
+        raise InputError("no readable Flight Recorder dump, NCCL RAS report, NCCL Inspector record or "
+                         "profiler-plugin collective" + (f"; {warnings[0]}" if warnings else ""), where)
     summary = inspector_summary(records) if records is not None else None
     algorithms = algorithm_summary(colls) if colls is not None else None
     return untraced_report(str(where), hang, summary, records.height if records is not None else 0, warnings,
-                           algorithms, colls.height if colls is not None else 0)
+                           algorithms, colls.height if colls is not None else 0, ras)
+
+
+def _ras(files: list[Path], warnings: list[str]) -> Any:
+    """The hang report of NCCL RAS status reports (analyzers/ras.py), or None without any."""
+    if not files:
+        return None
+    from commprof.analyzers.ras import ras_report
+    from commprof.ingest.nccl_ras.tables import read_reports
+
+    tables = read_reports(files, warnings)
+    return ras_report(tables.groups, tables.counts, tables.notes, tables.versions)
 
 
 def _manifest(run_dir: Path) -> dict[str, Any] | None:
@@ -271,11 +286,19 @@ def _manifest(run_dir: Path) -> dict[str, Any] | None:
 def _render_untraced(report: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
-    from commprof.report.other_sources import hang_lines, hang_section, inspector_section, plugin_section
+    from commprof.report.other_sources import (
+        hang_lines,
+        hang_section,
+        inspector_section,
+        plugin_section,
+        ras_lines,
+        ras_section,
+    )
 
-    for line in hang_lines(report):
+    for line in (*hang_lines(report), *ras_lines(report)):
         console.print(line, style="bold", highlight=False, soft_wrap=True, markup=False)
-    for title, columns, rows in (hang_section(report), inspector_section(report), plugin_section(report)):
+    for title, columns, rows in (hang_section(report), ras_section(report), inspector_section(report),
+                                 plugin_section(report)):
         if not rows:
             continue
         table = Table(title=title, title_justify="left", header_style="bold")

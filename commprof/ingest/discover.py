@@ -19,6 +19,7 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")  # Kineto traces; nsys exports
 # Folders that hold other raw data (NCCL logs, Flight Recorder, topology, rank sidecars) or our cache.
 SIDECAR_DIRS = frozenset({"nccl", "flight_recorder", "topology", "ranks", "launchers", "tables", "__pycache__"})
 NOT_TRACES = frozenset({"manifest.json"})
+RAS_JSON_MAX_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,24 @@ def _walk(folder: Path, problems: list[str]) -> list[Path]:
         dirnames[:] = sorted(d for d in dirnames if d not in SIDECAR_DIRS and not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if is_trace_name(name) and _regular(path, problems):
+            if is_trace_name(name) and _regular(path, problems) and not _ras_json(path):
                 found.append(path)
     return found
+
+
+def _ras_json(path: Path) -> bool:
+    """An NCCL RAS report saved as JSON (``ncclras -f json``) is no trace: the hang report reads it. Only small
+    .json files are looked into (a report is kilobytes; a trace rarely is)."""
+    if not path.name.endswith(".json"):
+        return False
+    try:
+        if path.stat().st_size > RAS_JSON_MAX_BYTES:
+            return False
+    except OSError:
+        return False
+    from commprof.ingest.nccl_ras import is_ras_report
+
+    return is_ras_report(path)
 
 
 def _stats(paths: Iterable[Path]) -> list[os.stat_result]:

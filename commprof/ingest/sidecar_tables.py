@@ -18,6 +18,8 @@ import polars as pl
 
 from commprof.errors import CommprofError
 from commprof.ingest.flight_recorder import FLIGHT_RECORDER, FR_GROUPS, dump_rank, find_dumps, read_dumps
+from commprof.ingest.nccl_ras import find_reports
+from commprof.ingest.nccl_ras.tables import RAS_COUNTS, RAS_GROUPS, RAS_NOTES, read_reports
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.topology import CommInfo, HostTopology, comm_rank_sets, read_topologies
 
@@ -45,6 +47,10 @@ class SidecarTables:
     flight_recorder_groups: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=FR_GROUPS))
     # host -> its leaf switch, from raw/topology/topology.conf (SLURM's form; commprof.ingest.switches)
     switches: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=SWITCHES))
+    # NCCL RAS status reports in raw/ (commprof.ingest.nccl_ras): summary rows, ranks per op count, other notes
+    ras_groups: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=RAS_GROUPS))
+    ras_counts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=RAS_COUNTS))
+    ras_notes: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=RAS_NOTES))
 
     def leaf_switches(self) -> dict[str, str]:
         return dict(self.switches.select("host", "switch").iter_rows())
@@ -84,7 +90,7 @@ def _inputs(root: Path) -> list[Path]:
     if folder.is_dir():
         files += sorted(p for p in folder.glob("*.json") if p.is_file())
         files += [p for p in (folder / TOPOLOGY_CONF,) if p.is_file()]
-    return sorted(set(files) | set(find_dumps(root)))
+    return sorted(set(files) | set(find_dumps(root)) | set(find_reports(root)))
 
 
 def _key(files: list[Path], ranks: pl.DataFrame) -> str:
@@ -116,8 +122,9 @@ def load_sidecars(roots: Sequence[Path], ranks: pl.DataFrame, world_size: int | 
     comms, setup = _nccl_comms(roots, ranks, world_size, warnings)
     fr_entries, fr_groups = read_dumps(sorted({d for root in roots for d in find_dumps(root)},
                                                    key=lambda d: (dump_rank(d) or 0, str(d))), warnings)
+    ras = read_reports(sorted({r for root in roots for r in find_reports(root)}), warnings)
     tables = SidecarTables(comms, *_topology(roots), fr_entries, tuple(warnings), setup, fr_groups,
-                           _switches(roots, warnings))
+                           _switches(roots, warnings), ras.groups, ras.counts, ras.notes)
     _write_cache(folder, key, tables)
     return tables
 
@@ -206,22 +213,30 @@ def _read_cache(folder: Path, key: str) -> SidecarTables | None:
         if meta.get("key") != key:
             return None
         frames = [pl.read_parquet(folder / f"{name}.parquet") for name in _NAMES]
+        ras = [pl.read_parquet(folder / f"{name}.parquet") if (folder / f"{name}.parquet").is_file()
+               else pl.DataFrame(schema=schema) for name, schema in _RAS_NAMES]
     except (OSError, ValueError, RecursionError, pl.exceptions.PolarsError):
         return None
     return SidecarTables(frames[0], frames[1], frames[2], frames[3], tuple(meta.get("warnings") or ()), frames[4],
-                         frames[5], frames[6])
+                         frames[5], frames[6], *ras)
 
 
 _NAMES = ("nccl_comms", "topology", "ib_ports", "flight_recorder", "nccl_setup", "flight_recorder_groups", "switches")
+# written only for a run with NCCL RAS reports (a run without keeps the files it always had)
+_RAS_NAMES = (("ras_groups", RAS_GROUPS), ("ras_counts", RAS_COUNTS), ("ras_notes", RAS_NOTES))
 
 
 def _write_cache(folder: Path, key: str, tables: SidecarTables) -> None:
     from commprof.safe_write import WriteError, atomic_write
 
     try:
-        for name in _NAMES:
+        ras = [name for name, _ in _RAS_NAMES if getattr(tables, name).height]
+        for name in (*_NAMES, *ras):
             atomic_write(folder / f"{name}.parquet", getattr(tables, name).write_parquet, "the sidecar tables",
                          make_parents=True)
+        for name, _ in _RAS_NAMES:
+            if name not in ras:
+                (folder / f"{name}.parquet").unlink(missing_ok=True)  # a report removed since the last parse
         atomic_write(folder / "key.json", lambda tmp: tmp.write_text(json.dumps(
             {"key": key, "warnings": list(tables.warnings)})), "the sidecar tables", make_parents=True)
     except (WriteError, pl.exceptions.PolarsError):

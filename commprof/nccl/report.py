@@ -105,7 +105,8 @@ def render(summary: dict[str, Any], console: Console) -> None:
         network = ", ".join(h["network"])
         if types and types != [n.lower() for n in h["network"]]:
             network += f" ({', '.join(types)})"
-        hosts.add_row(h["host"], rank_ranges(h["ranks"]), str(h["processes"]), network or "-", _nics(h["nics"]), nvls)
+        hosts.add_row(_host_name(h), rank_ranges(h["ranks"]), str(h["processes"]), network or "-", _nics(h["nics"]),
+                      nvls)
     console.print(hosts)
     _render_host_tiers(summary["hosts"], console)
 
@@ -149,8 +150,13 @@ def _render_host_tiers(hosts: list[dict[str, Any]], console: Console) -> None:
     for h in hosts:
         why = [t["reason"] for t in (h["intra_host"], h["inter_host"])
                if t.get("reason") and t.get("source") not in (None, "transport", "none")]
-        table.add_row(h["host"], _host_tier(h["intra_host"]), _host_tier(h["inter_host"]), "\n".join(why) or "-")
+        table.add_row(_host_name(h), _host_tier(h["intra_host"]), _host_tier(h["inter_host"]), "\n".join(why) or "-")
     console.print(table)
+
+
+def _host_name(host: dict[str, Any]) -> str:
+    """A pasted log's facts stand under no host name: its prefixes, and the name with them, were cut."""
+    return host["host"] if host["host"] is not None else "? (pasted: host unknown)"
 
 
 def _render_reasons(summary: dict[str, Any], console: Console) -> None:

@@ -88,12 +88,15 @@ def _hosts(run: NcclRun, tables: NcclTables, world: str | None) -> list[dict[str
     ranks = comms.filter(pl.col("comm_id") == world) if world is not None else comms.clear()
     nics = tables.nccl_nics
     out = []
-    hosts = sorted({p.host for p in run.logs.processes if p.host})
+    hosts: list[str | None] = [*sorted({p.host for p in run.logs.processes if p.host})]
+    if any(p.pasted and p.host is None for p in run.logs.processes):
+        hosts.append(None)  # pasted logs: what they say of their unknown host(s), under no name
     tiers = {r["host"]: r for r in tables.nccl_hosts.iter_rows(named=True)}
     for host in hosts:
         tier = tiers.get(host, {})
-        procs = [p for p in run.logs.processes if p.host == host]
-        host_nics = nics.filter(pl.col("host") == host).sort("net", "index").to_dicts()
+        procs = [p for p in run.logs.processes if p.host == host and (host is not None or p.pasted)]
+        same = pl.col("host").is_null() if host is None else pl.col("host") == host
+        host_nics = nics.filter(same).sort("net", "index").to_dicts()
         nets = sorted({p.net_name for p in procs if p.net_name})
         used = {network_type(n) for n in nets}
         types = sorted({n["network"] for n in host_nics if network_type(n["net"]) in used}) or sorted(used)
@@ -101,7 +104,7 @@ def _hosts(run: NcclRun, tables: NcclTables, world: str | None) -> list[dict[str
             {
                 "host": host,
                 "processes": len(procs),
-                "ranks": sorted(ranks.filter(pl.col("host") == host)["rank"].to_list()),
+                "ranks": sorted(ranks.filter(same)["rank"].to_list()),
                 "network": nets,
                 "network_types": types,
                 "nvls_available": next((p.nvls_available for p in procs if p.nvls_available is not None), None),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from commprof.analyzers.bandwidth import BANDWIDTH_CONVENTION
 from commprof.errors import printable
-from commprof.report.other_sources import hang_dict
+from commprof.report.other_sources import hang_dict, ras_dict
 
 if TYPE_CHECKING:
     from commprof.analyzers.findings import Finding
@@ -121,6 +121,8 @@ def build(analysis: Analysis) -> dict[str, Any]:
         "doubtful_ranks": analysis.doubtful_ranks.to_dicts(),
         "uncounted_comm_kernels": _rows(analysis.uncounted, list(analysis.uncounted.columns), ("ns_per_rank",)),
         "flight_recorder": hang_dict(analysis.hang),
+        # the hang report from NCCL RAS status reports beside the traces, when there are any
+        **({"nccl_ras": ras_dict(analysis.ras)} if analysis.ras is not None else {}),
         "warnings": [printable(w) for w in analysis.warnings],  # file names in them: one line each
     })
     return report

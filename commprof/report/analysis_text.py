@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from commprof.report.findings_text import finding_lines, what_if_lines
-from commprof.report.other_sources import hang_lines, hang_section
+from commprof.report.other_sources import hang_lines, hang_section, ras_lines, ras_section
 
 
 def fmt_ms(ns: float | None) -> str:
@@ -278,6 +278,7 @@ def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str
         (clock_title(report), CLOCK_COLUMNS, clock_rows(report)),
         (pair_title(report), PAIR_COLUMNS, pair_rows(report)),
         hang_section(report),
+        ras_section(report),
     ]
 
 
@@ -291,7 +292,7 @@ def render_text(report: dict[str, Any], console: Console) -> None:
     for line in what_if_lines(report):
         console.print(line, style="cyan", highlight=False, soft_wrap=True, markup=False)
     console.print(headline(report), style="bold", highlight=False)
-    for line in hang_lines(report):
+    for line in (*hang_lines(report), *ras_lines(report)):
         console.print(line, style="bold red", highlight=False, soft_wrap=True, markup=False)
     parts = sections(report)
     for title, columns, rows in parts:
@@ -326,7 +327,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     out = ["# commprof analysis", "", *finding_lines(report, markdown=True), ""]
     if report.get("what_if"):
         out += ["## What-if (an estimate)", "", *what_if_lines(report, markdown=True), ""]
-    out += [headline(report), "", *hang_lines(report), ""]
+    out += [headline(report), "", *hang_lines(report), *ras_lines(report), ""]
     for title, columns, rows in sections(report):
         if rows:
             out += [f"## {title}", "", _md_table(columns, rows), ""]

@@ -1,7 +1,8 @@
 """The parts of the ``analyze`` outputs that come from sources without a timeline, formatted only (the
-numbers are made in analyzers/hang.py, inspector.py, nccl_profiler.py): Flight Recorder's hang report (JSON,
-lines and table, also beside traces), NCCL Inspector's bandwidth per communicator, the profiler plugin's
-algorithms, and the report of a folder holding only such files, with what they cannot give named."""
+numbers are made in analyzers/hang.py, ras.py, inspector.py, nccl_profiler.py): the hang report from Flight
+Recorder and from NCCL RAS (JSON, lines and tables, also beside traces), NCCL Inspector's bandwidth per
+communicator, the profiler plugin's algorithms, and the report of a folder holding only such files, with what
+they cannot give named."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ if TYPE_CHECKING:  # annotations only: a report read back from the report cache 
     import polars as pl
 
     from commprof.analyzers.hang import HangReport
+    from commprof.analyzers.ras import RasReport
 
 HANG_COLUMNS = ["pg", "desc", "size", "seq", "op", "state", "waiting in it", "behind (last seq)", "never arrived"]
 # what a Flight Recorder dump cannot give: the report says so instead of showing zeros
@@ -61,6 +63,79 @@ def hang_section(report: dict[str, Any]) -> tuple[str, list[str], list[list[str]
         HANG_COLUMNS, rows
 
 
+RAS_COLUMNS = ["communicator", "op", "ranks", "ahead (ops: ranks)", "behind (ops: ranks)", "over queries"]
+RAS_ONLY_ABSENT = ("step time, compute, overlap and exposed communication (no timeline: a RAS report holds "
+                   "operation counts, not when the operations ran)", "bandwidth and efficiency (no transfer times)",
+                   "which parallel dimension a communicator serves (RAS names communicators by hash and size)")
+
+
+def ras_dict(ras: RasReport | None) -> dict[str, Any] | None:
+    """The RAS hang report: per communicator and op whose ranks disagree, the ranks ahead and behind."""
+    if ras is None:
+        return None
+    lagging = []
+    for (file, comm, op), part in ras.lagging.group_by("file", "comm", "op", maintain_order=True):
+        rows = part.sort("ops", descending=True).to_dicts()
+        level = [{k: r[k] for k in ("ops", "behind_by", "ranks_count", "ranks", "ranks_listed", "nodes", "pids")}
+                 for r in rows]
+        lagging.append({"file": file, "comm": comm, "hash": rows[0]["hash"], "op": op, "nranks": rows[0]["nranks"],
+                        "progress": rows[0]["progress"], "ahead": level[0], "behind": level[1:]})
+    return {
+        "source": "NCCL RAS", "files": list(ras.files), "nccl_versions": list(ras.versions), "queries": ras.queries,
+        "mismatched": ras.mismatched, "statuses": ras.statuses, "communicators": ras.communicators.to_dicts(),
+        "lagging": lagging, "notes": ras.notes.to_dicts(),
+    }
+
+
+def _level(level: dict[str, Any]) -> str:
+    ranks = _ranks(level["ranks"]) if level["ranks"] else f"{level['ranks_count']} rank(s), not listed"
+    where = sorted({n for n in level.get("nodes") or [] if n})
+    return f"{level['ops']}: {ranks}" + (f" (node {', '.join(where)})" if where else "")
+
+
+def _over(entry: dict[str, Any], queries: int) -> str:
+    if entry["progress"] == "unchanged":
+        return f"unchanged over {queries} queries: stuck"
+    if entry["progress"] == "advancing":
+        return f"moved on over {queries} queries"
+    return "one query"
+
+
+def ras_lines(report: dict[str, Any]) -> list[str]:
+    ras = report.get("nccl_ras")
+    if not ras:
+        return []
+    versions = f", NCCL {', '.join(ras['nccl_versions'])}" if ras["nccl_versions"] else ""
+    head = f"NCCL RAS: {len(ras['files'])} report(s){versions}, {ras['queries']} query(ies) in the longest"
+    if not ras["mismatched"]:
+        lines = [head + "; no communicator's ranks disagree on their operation counts (no rank ahead or behind)"]
+    else:
+        lines = [head + f"; {len(ras['lagging'])} communicator op(s) whose ranks disagree on operation counts "
+                 "(launched, sampled while the job ran):"]
+    for e in ras["lagging"]:
+        behind = "; ".join(_level(b) for b in e["behind"])
+        size = f", {e['nranks']} ranks" if e["nranks"] else ""
+        lines.append(f"  {e['hash'] or '?'} ({e['comm']}{size}) {e['op']}: behind at {behind}; ahead at "
+                     f"{_level(e['ahead'])}; {_over(e, ras['queries'])}")
+    for n in ras["notes"]:
+        who = f" (ranks {_ranks(n['ranks'])})" if n["ranks"] and n["kind"] != "STATUS" else ""
+        where = f" {n['hash']} ({n['comm']})" if n["comm"] else ""
+        lines.append(f"  {n['kind']}{where}: {n['detail'] or '-'}{who}")
+    if ras["mismatched"]:
+        lines.append("  ranks are the communicator's own; a spread of one that moves on between queries is RAS "
+                     "outrunning its query, the same ranks behind by the same count in repeated queries is a hang")
+    return lines
+
+
+def ras_section(report: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+    ras = report.get("nccl_ras") or {}
+    rows = [[f"{e['hash'] or '?'} ({e['comm']})", e["op"], str(e["nranks"] or "?"), _level(e["ahead"]),
+             "; ".join(_level(b) for b in e["behind"]), _over(e, ras.get("queries", 1))]
+            for e in ras.get("lagging", [])]
+    return "Hang report (NCCL RAS): per communicator and collective, the ranks ahead and behind (operations " \
+        "launched)", RAS_COLUMNS, rows
+
+
 INSPECTOR_ONLY_ABSENT = ("step time, compute, overlap and exposed communication (no timeline: Inspector records "
                          "hold each call's size and time, not when it ran)",
                          "which parallel dimension a communicator serves (no group names or layout)",
@@ -76,22 +151,26 @@ PLUGIN_COLUMNS = ["communicator", "op", "algorithm", "protocol", "calls", "ranks
 
 def untraced_report(path: str, hang: HangReport | None, inspector: pl.DataFrame | None, records: int,
                     warnings: list[str], algorithms: pl.DataFrame | None = None,
-                    plugin_calls: int = 0) -> dict[str, Any]:
-    """The report of a folder without traces: Flight Recorder's hang report, NCCL Inspector's bandwidth per
-    communicator and/or the profiler plugin's algorithms, and the figures these sources cannot have, named."""
+                    plugin_calls: int = 0, ras: RasReport | None = None) -> dict[str, Any]:
+    """The report of a folder without traces: the hang report (Flight Recorder's, NCCL RAS's), NCCL Inspector's
+    bandwidth per communicator and/or the profiler plugin's algorithms, and the figures these sources cannot have,
+    named."""
     absent = (FR_ONLY_ABSENT[1:] if inspector is not None else FR_ONLY_ABSENT) if hang is not None else ()
     plugin_absent = PLUGIN_ABSENT if algorithms is not None and inspector is None else ()
+    ras_absent = RAS_ONLY_ABSENT if ras is not None and hang is None and inspector is None else ()
     return {
         "run": {"path": path, "kind": "untraced",
                 "sources": {**({"flight_recorder": list(hang.ranks)} if hang else {}),
+                            **({"nccl_ras": list(ras.files)} if ras else {}),
                             **({"nccl_inspector": []} if inspector is not None else {}),
                             **({"nccl_profiler": []} if algorithms is not None else {})}},
         "flight_recorder": hang_dict(hang),
+        **({"nccl_ras": ras_dict(ras)} if ras is not None else {}),
         "inspector": None if inspector is None else {"records": records, "summary": inspector.to_dicts()},
         "nccl_profiler": None if algorithms is None else {"collectives": plugin_calls,
                                                            "algorithms": algorithms.to_dicts()},
         "not_available": sorted({*absent, *(INSPECTOR_ONLY_ABSENT if inspector is not None else ()),
-                                 *plugin_absent}),
+                                 *plugin_absent, *ras_absent}),
         "warnings": warnings,
     }
 

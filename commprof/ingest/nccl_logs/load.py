@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 from commprof.errors import InputError
 from commprof.ingest.discover import regular_file_problem
 from commprof.ingest.nccl_logs.topo_xml import GraphXml, TopologyXml, parse_graph_xml, parse_topology_xml, xml_kind
+from commprof.ingest.nccl_ras import is_ras_report
 
 SNIFF_BYTES = 1 << 20
 LOG_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"NCCL version")
@@ -74,7 +75,17 @@ def _is_log(path: Path) -> bool:
                 block = f.read(SNIFF_BYTES)
     except (OSError, EOFError, zlib.error):
         return False
-    return False
+    return _is_paste(path)
+
+
+def _is_paste(path: Path) -> bool:
+    """A log pasted without its prefixes carries no marker; its messages still read as NCCL's (``scan``)."""
+    from commprof.ingest.nccl_logs.scan import is_paste
+
+    try:
+        return is_paste(path)
+    except (OSError, EOFError, zlib.error, UnicodeError):
+        return False
 
 
 def _markers(head: bytes) -> tuple[bytes, ...]:
@@ -108,7 +119,7 @@ def _classify(path: Path, inputs: NcclInputs, logs: bool = True) -> None:
             inputs.topologies.append(path)
         elif kind == "graph":
             inputs.graphs.append(path)
-    elif logs and _is_log(path):
+    elif logs and _is_log(path) and not is_ras_report(path):  # a RAS report names NCCL's version too
         inputs.logs.append(path)
 
 

@@ -34,7 +34,7 @@ from commprof.ingest.nccl_logs import patterns as pt
 from commprof.ingest.nccl_logs.colls import COLL_SCHEMA, Segment, chunk_frame
 from commprof.ingest.nccl_logs.infer import infer_comms
 from commprof.ingest.nccl_logs.records import CommRank, Link, ParseStats, Process, Tuning, Warn
-from commprof.ingest.nccl_logs.scan import Skipped, is_paste, open_text, read_candidates, text_encoding
+from commprof.ingest.nccl_logs.scan import MARKED, Skipped, is_paste, open_text, read_candidates, text_encoding
 from commprof.ingest.nccl_logs.state import Head, State
 
 COLL_CHUNK_ROWS = 25_000  # small enough that little of the polars work is left for the end
@@ -99,9 +99,8 @@ class LogParser:
             file = Path(path)
             if is_paste(file):
                 with open_text(file) as f:
-                    # each message gets the marker back and no prefix: one process per file, host unknown
                     self.state.stats.pasted_files.append(name)
-                    self.parse_lines(("NCCL INFO " + line for line in f), name)
+                    self._parse_paste(f, name)
             elif not self._parse_utf8(file, name):
                 with open_text(file) as f:
                     self.parse_lines(f, name)
@@ -164,6 +163,29 @@ class LogParser:
             ctx = self._begin(name)
             self._feed_parts(parts, ctx, lambda _part: next(pieces))  # prepared in order, one per dense piece
             self._end(ctx)
+
+    def _parse_paste(self, lines: Iterable[str], file: str) -> None:
+        """A paste: each message gets NCCL's marker back, without a prefix (one process per file, its host
+        unknown); lines that kept theirs are read as they are. Indentation a paste added is dropped."""
+        ctx = self._begin(file)
+        heads, counts = ctx.heads, ctx.counts
+        for line in lines:
+            ctx.line_no += 1
+            self.state.seq = self._seq_base + ctx.line_no
+            text = line.strip()
+            if not text:
+                fam = "!empty"
+            elif any(m in line for m in MARKED):
+                fam = self._line(line, file, ctx.line_no, heads, counts)
+            else:
+                fam = self._line("NCCL INFO " + text, file, ctx.line_no, heads, counts)
+                if fam == hd.OTHER and pt.PASTED_OTHER.match(text) is None:
+                    fam = self._bare(text, file)  # not NCCL's: a GPU list, the job's own output
+            counts[fam] = counts.get(fam, 0) + 1
+        for proc in self.state.processes.values():
+            if proc.file == file and proc.host is None:
+                proc.pasted = True
+        self._end(ctx)
 
     def parse_lines(self, lines: Iterable[str], file: str) -> None:
         ctx = self._begin(file)

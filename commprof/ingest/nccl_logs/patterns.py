@@ -19,7 +19,12 @@ HEX = r"0x[0-9a-fA-F]+|\(nil\)"
 # (mpirun "[1,0]<stdout>:", pdsh "10.3.35.83: ", Ray "(RayTrainWorker pid=..)") cannot match it.
 # A redacted host ("<cluster_name>:919:1150 [0]", as people paste logs) counts as a host too.
 NCCL_PREFIX = re.compile(r"(<[^\s<>]+>|[^\s:\[\]<>()|,]+):(\d{1,9}):(\d{1,9})\s+\[(\d{1,9})\]")
-RAY_PREFIX = re.compile(r"\((\w+) pid=(\d{1,9})(?:, ip=([0-9A-Za-z.:_-]+))?\)")
+# Ray's "(RayTrainWorker pid=N, ip=A)"; vLLM's worker tags "(VllmWorker rank=1 pid=N)", "(Worker pid=N)",
+# "(Worker_TP1 pid=N)": the pid of the process whose output follows.
+RAY_PREFIX = re.compile(r"\((\w+)(?: rank=\d{1,9})? pid=(\d{1,9})(?:, ip=([0-9A-Za-z.:_-]+))?\)")
+# A log collector's "<date> <time> <host> >> " before NCCL's prefix printed with an empty host name
+# (":pid:tid [dev]"): the host is the collector's.
+ARROW_PREFIX = re.compile(r"([^\s:\[\]<>()|,]+) >> :(\d{1,9}):(\d{1,9})\s+\[(\d{1,9})\]")
 MPI_PREFIX = re.compile(r"\[(\d{1,9}),(\d{1,9})\]<(?:stdout|stderr)>:")
 MPI_RANK_PREFIX = re.compile(r"^\s*\[(\d{1,9})\]")
 TORCHRUN_PREFIX = re.compile(r"\[(?:rank|default)(\d{1,9})\]:")  # torchrun --tee / log_line_prefix
@@ -168,9 +173,20 @@ def tuning_fields(msg: str) -> TuningFields | None:
     channels = (int(lo) if lo is not None else None, int(hi) if hi is not None else None)
     return (m["op"], int(m["bytes"]), algo_name(m["algo"]), proto_name(m["proto"]), time_us, *channels)
 
+
 # Messages as they read once their "host:pid:tid [dev] NCCL INFO " prefix is gone (a log pasted into an issue,
-# a chat, a notebook): enough of them, and no prefixed line, make a file a paste.
+# a chat, a notebook): enough of them, and no more lines with the prefix, make a file a paste (``scan.is_paste``).
+# The version line is not one of them: NCCL itself prints it bare (before 2.22, and with NCCL_DEBUG=VERSION).
 BARE_MESSAGE = re.compile(
-    r"^(?:NCCL version \d|Channel \d+/\d+ :|Ring \d+ :|Trees \[|comm 0x[0-9a-fA-F]+ rank \d+ nRanks \d+"
-    r"|ncclCommInitRank(?:Config)? comm 0x|NET/\S+ : |Using network \S|Connected all (?:rings|trees)"
-    r"|\d+ coll channels,|Pattern \d+, crossNic)")
+    r"^(?:Channel \d+/\d+ :|Ring \d+ :|Trees \[|Tree \d+ :|comm 0x[0-9a-fA-F]+ rank \d+ nRanks \d+"
+    r"|(?:\[Rank \d+\] )?nccl\w+ comm 0x|comm 0x[0-9a-fA-F]+ rank \d+ nranks \d+ cudaDev"
+    r"|NET/\S+ ?: |Using network \S|Connected all (?:rings|trees)|Connected NVLS|\d+ coll channels,"
+    r"|Pattern \d+, crossNic|NVLS multicast support is|NVLS comm 0x|Bootstrap ?: Using|cudaDriverVersion \d"
+    r"|Setting affinity for GPU \d|P2P Chunksize set|NCCL_\w+ set by environment|Init timings"
+    r"|\w+: opCount [0-9a-fA-F]+ sendbuff|(?:\w+: )?\d+ Bytes -> Algo|=== System : )")
+# NCCL messages no family reads (a paste's other lines are its reader's foreign text, not NCCL's).
+PASTED_OTHER = re.compile(
+    r"^(?:Bootstrap|cudaDriverVersion|Setting affinity|P2P Chunksize|NCCL_\w+ set|threadThresholds|Using "
+    r"|NVLS|Trees|Tree |Ring |Channel |comm 0x|CC |Allocated |MNNVL|Assigned |Successfully|Init |Initialized "
+    r"|ncclCommInit|ncclCommSplit|Comm config|Plugin|NET/|P2P |Check P2P|Connected |PROFILER|TUNER|RAS |"
+    r"Loaded |Failed to |No plugin|Could not|Symmetric|Bootstrap|New proxy|Launch mode|Enabled |NCCL |\d+ coll)")

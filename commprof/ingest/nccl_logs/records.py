@@ -25,6 +25,7 @@ class Process:
     git_version: str | None = None
     net_name: str | None = None  # from "Using network X"
     nvls_available: bool | None = None
+    pasted: bool = False  # its lines came from a paste (no host: the facts of "an unknown host")
     topo_printed: bool = False  # an ncclTopoPrint dump was seen
     topo_nvlink: bool = False  # ... and it had an NVL link
     topo_gpus: int = 0

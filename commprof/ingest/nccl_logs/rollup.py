@@ -168,10 +168,11 @@ def _intra(host: str | None, procs: list[Process], host_links: list[dict[str, An
 
 
 def host_tiers(logs: NcclLogs, links: pl.DataFrame, ev: Evidence) -> dict[str | None, dict[str, Tier]]:
-    """host -> {"intra": Tier, "inter": Tier, "network": (type, "", "")} for every named host."""
+    """host -> {"intra": Tier, "inter": Tier, "network": (type, "", "")} for every named host, and under None
+    for the processes of pasted logs (their host unknown: what it says is kept, under no name)."""
     procs: dict[str | None, list[Process]] = defaultdict(list)
     for p in logs.processes:
-        if p.host:
+        if p.host or p.pasted:
             procs[p.host].append(p)
     by_host: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
     for row in links.iter_rows(named=True):

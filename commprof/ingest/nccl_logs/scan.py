@@ -257,20 +257,26 @@ def open_text(path: Path) -> Iterator[TextIO]:
             yield f
 
 
-PASTE_SNIFF_LINES = 400
+PASTE_SNIFF_LINES = 400  # NCCL lines (with or without the marker) a paste is judged on
+PASTE_SNIFF_CHARS = 1 << 20  # and at most this much of the file's head
+MARKED = ("NCCL INFO ", "NCCL WARN ", "NCCL TRACE ")
 
 
 def is_paste(path: Path) -> bool:
-    """No line of the file's head carries NCCL's marker, and several read as NCCL's messages."""
-    bare = 0
+    """At the file's head, at least three lines read as NCCL's messages without their ``host:pid:tid [dev] NCCL
+    INFO`` prefix, and no more lines carry NCCL's marker: a paste may keep a few whole lines, or its WARN lines'
+    ``file.cc:123 NCCL WARN`` (a prefix stripped up to the host only), and still be one."""
+    bare = marked = chars = 0
     with open_text(path) as f:
-        for n, line in enumerate(f):
-            if n >= PASTE_SNIFF_LINES:
+        for line in f:
+            chars += len(line)
+            if any(m in line for m in MARKED):
+                marked += 1
+            elif pt.BARE_MESSAGE.match(line.lstrip()) is not None:
+                bare += 1
+            if bare + marked >= PASTE_SNIFF_LINES or chars >= PASTE_SNIFF_CHARS or marked > PASTE_SNIFF_LINES // 2:
                 break
-            if "NCCL INFO " in line or "NCCL WARN " in line or "NCCL TRACE " in line:
-                return False
-            bare += pt.BARE_MESSAGE.match(line.lstrip()) is not None
-    return bare >= 3
+    return bare >= 3 and bare >= marked
 
 
 def text_encoding(head: bytes) -> str:

@@ -54,6 +54,12 @@ class State:
             host, pid = m.group(1), int(m.group(2))
             self.known_hosts.add(host)
             return Head(self.process(("pid", host, str(pid)), host, pid, file), int(m.group(3)), int(m.group(4)))
+        arrow = pt.ARROW_PREFIX.search(head)
+        if arrow is not None:
+            host, pid = arrow.group(1), int(arrow.group(2))
+            self.known_hosts.add(host)
+            return Head(self.process(("pid", host, str(pid)), host, pid, file), int(arrow.group(3)),
+                        int(arrow.group(4)))
         ray = pt.RAY_PREFIX.search(head)
         if ray is not None:
             host = ray.group(3)

@@ -92,9 +92,9 @@ class Analysis:
     # where the exposed comm goes, when it is a large share of the step and no finding names a cause
     exposed_note: ExposedNote | None = None
     hang: HangReport | None = None  # from Flight Recorder dumps beside the traces (analyzers/hang.py)
-
     # kernels that read like communication but no rule counts, the largest by time first (analyzers/uncounted.py)
     uncounted: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=UNCOUNTED_SCHEMA))
+
     # Made when first read (the dashboard's skew and topology pages): no report, rule or text view reads
     # them, so `analyze` does not pay their queries (issue 24). Each is computed from frames of the analysis
     # (collectives, process_groups, steps), as the steps computed them before.

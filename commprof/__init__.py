@@ -65,4 +65,11 @@ def analyze_run(path: Any, *, hta_compat: bool = False) -> dict[str, Any]:
     from commprof.analyzers.pipeline import AnalysisSettings
     from commprof.report import analysis_json
 
-    return analysis_json.build(analyze(open_run(path), AnalysisSettings(hta_compat=hta_compat)))
+    run = open_run(path)
+    settings = AnalysisSettings(hta_compat=hta_compat)
+    report = analysis_json.build(analyze(run, settings))
+    if run.source.windows:  # record --every/--on-demand: the newest window's report, with the trend of them all
+        from commprof.cli.opening import window_trend
+
+        report["windows"] = window_trend(run, report, settings, {})
+    return report

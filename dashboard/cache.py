@@ -131,7 +131,13 @@ class RunCache:
         """The CLI's analyze report (analysis_json): the overview's table shows exactly the CLI's rows."""
         from commprof.report import analysis_json
 
-        return analysis_json.build(self.analysis(key))
+        report = analysis_json.build(self.analysis(key))
+        run = self.runs[key]
+        if run.source.windows:  # record --every/--on-demand: the windows' trend (each window's report kept on disk)
+            from commprof.cli.opening import window_trend
+
+            report["windows"] = window_trend(run, report, self.settings, {})
+        return report
 
     def _perfetto(self, key: str) -> bytes:
         from commprof.export import perfetto

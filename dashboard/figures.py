@@ -54,6 +54,30 @@ def breakdown_figure(rank_summary: pl.DataFrame, title: str | None = None) -> go
     return _base(fig, title, margin={"t": 80, "l": 70, "r": 30, "b": 50})
 
 
+def window_trend_figure(rows: list[dict[str, object]]) -> go.Figure:
+    """record --every/--on-demand: step time and exposed communication per window (ms per rank-step), by the
+    optimizer step each window opened at; a window's findings in its hover."""
+    title = "Windows: step time and exposed communication (ms per rank-step) by optimizer step"
+    shown = [r for r in rows if r.get("step_ns") is not None]
+    if not shown:
+        return _empty(title, "no window with an analyzed step")
+    x = [r.get("step") for r in shown]
+    names = [str(r.get("window")) for r in shown]
+    found = ["<br>".join(f"{f['severity']} {f['title']}" for f in r.get("findings") or []) or "no finding"  # type: ignore[attr-defined, index]
+             for r in shown]
+    fig = go.Figure()
+    for label, key, colour in (("step time", "step_ns", "#37474f"), ("exposed comm", "exposed_comm_ns", "#111111")):
+        fig.add_trace(go.Scatter(
+            x=x, y=[float(r[key]) / 1e6 if r.get(key) is not None else None for r in shown],  # type: ignore[arg-type]
+            mode="lines+markers", name=label, line={"color": colour}, customdata=list(zip(names, found, strict=True)),
+            hovertemplate=(f"%{{customdata[0]}} (step %{{x}})<br>{label} %{{y:.2f}} ms<br>%{{customdata[1]}}"
+                           "<extra></extra>")))
+    fig.update_layout(xaxis={"title": "optimizer step the window opened at"}, yaxis={"title": "ms per rank-step",
+                      "rangemode": "tozero"}, height=320, legend={"orientation": "h", "y": 1.12, "x": 0})
+    _base(fig, title, margin={"t": 80, "l": 70, "r": 30, "b": 60})
+    return fig
+
+
 def exposed_by_figure(frame: pl.DataFrame, by: str) -> go.Figure:
     """Exposed (wait and transfer) and overlapped comm ms per rank-step, one bar group per dimension or tier;
     a bar's customdata is its dimension/tier (a click opens the collectives filtered to it)."""

@@ -54,6 +54,8 @@ MESSAGE = "message"
 # added with the URL state, headline and drill-downs
 OVERVIEW_HEADLINE = "overview-headline"
 OVERVIEW_DIM_TIER = "overview-dimension-tier"
+OVERVIEW_WINDOWS = "overview-windows"  # record --every/--on-demand: the trend over windows
+OVERVIEW_WINDOWS_GRAPH = "overview-windows-graph"
 OVERVIEW_WARNINGS = "overview-warnings"
 PERFETTO_LINK = "perfetto-link"
 TIMELINE_LANES = "timeline-lanes"

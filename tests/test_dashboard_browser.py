@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_record_windows_offline import windowed_run
 
 from commprof.dashboard import ids, state
 
@@ -195,7 +196,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                                      "tp=8,dp=8", "--steps", "2", "--straggler", "13", "--seed", "1"])
     assert made.exit_code == 0, made.output
     runs = {"pp": commprof.open_run(root / "tp2_pp2_dp2"), "synth": commprof.open_run(root / "synth_2x8_tp8_dp2"),
-            "s64": commprof.open_run(root / "s64"), "deepep": commprof.open_run(_deepep_run(root / "deepep"))}
+            "s64": commprof.open_run(root / "s64"), "deepep": commprof.open_run(_deepep_run(root / "deepep")),
+            "windows": commprof.open_run(windowed_run(root / "windows"))}
     cache = RunCache(runs)
     # the 64-rank run carries a finding whatever the rules decide, so that its links can be followed
     a = cache.analysis("s64")
@@ -279,7 +281,7 @@ def check_lanes(driver: Any, where: str) -> dict[str, Any]:
     return dict(lanes)
 
 
-@pytest.mark.parametrize("run", ["pp", "synth", "s64", "deepep"])
+@pytest.mark.parametrize("run", ["pp", "synth", "s64", "deepep", "windows"])
 def test_every_page_reads_well(browser: Any, server: Server, run: str) -> None:
     console_errors(browser)  # drain
     for page, graph in PAGES.items():
@@ -300,6 +302,9 @@ def test_every_page_reads_well(browser: Any, server: Server, run: str) -> None:
     assert "world size" in wait_for(browser, f"#{ids.OVERVIEW_FACTS}").text
     table = wait_for(browser, f"#{ids.OVERVIEW_DIM_TIER}").text
     assert "exposed ms/step" in table and "bytes/step" in table
+    if run == "windows":  # record --every: the windows' trend above the findings, the CLI's table row for row
+        assert wait_plot(browser, ids.OVERVIEW_WINDOWS_GRAPH) == 2
+        assert "step-00000010" in wait_for(browser, f"#{ids.OVERVIEW_WINDOWS}").text
     assert console_errors(browser) == []
 
 

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "record": "commprof.cli.record:record",
     "topology": "commprof.cli.topology:topology",
     "synth": "commprof.cli.synth:synth",
+    "trigger": "commprof.cli.trigger:trigger",
 }
 
 

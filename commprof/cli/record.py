@@ -22,6 +22,15 @@ import click
                    "the rank imported torch, at its next optimizer step or communication call.")
 @click.option("--duration", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
               help="Length of the time window.  [default: 5]")
+@click.option("--every", type=click.IntRange(1), default=None, metavar="N",
+              help="A window every N optimizer steps (at --wait, --wait + N, ...), each in windows/step-<S>/ of the "
+                   "run; `commprof analyze RUN` shows how they change. N must exceed --warmup + --active.")
+@click.option("--on-demand", is_flag=True,
+              help="Open a window on every rank at the same step when `commprof trigger RUN` asks (from any "
+                   "shell that sees the run folder); nothing is recorded until then unless --every is given too.")
+@click.option("--keep-windows", type=click.IntRange(1), default=None, metavar="K",
+              help="With --every/--on-demand: keep the newest K windows, removing older ones' files (a bound on "
+                   "disk use for long jobs).")
 @click.option("--nccl-coll", is_flag=True, help="Also log NCCL's COLL and TUNING subsystems (large logs).")
 @click.option("--fr-entries", type=click.IntRange(0), default=20000, show_default=True,
               help="TORCH_FR_BUFFER_SIZE for Flight Recorder, unless already set; 0 leaves it off.")
@@ -33,7 +42,8 @@ import click
                    "rendezvous (--rdzv-endpoint, --rdzv-id) or --master-addr/--master-port.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(output: Path | None, force: bool, wait: int | None, warmup: int | None, active: int | None,
-           start_after: float | None, duration: float | None, nccl_coll: bool, fr_entries: int,
+           start_after: float | None, duration: float | None, every: int | None, on_demand: bool,
+           keep_windows: int | None, nccl_coll: bool, fr_entries: int,
            no_topology: bool, no_analyze: bool, job_id: str | None, command: tuple[str, ...]) -> None:
     """Run COMMAND (torchrun, python -m torch.distributed.run, deepspeed, accelerate launch, or a
     Python script) unchanged and record its communication into a run directory.
@@ -58,6 +68,16 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
     if start_after is not None and any(v is not None for v in (wait, warmup, active)):
         raise UsageError("--start-after/--duration (a time window) and --wait/--warmup/--active (steps) "
                          "exclude each other")
+    repeating = every is not None or on_demand
+    if repeating and start_after is not None:
+        raise UsageError("--every/--on-demand open windows at optimizer steps; they do not combine with "
+                         "--start-after/--duration")
+    if keep_windows is not None and not repeating:
+        raise UsageError("--keep-windows bounds the windows of --every/--on-demand; give one of them")
+    span = (1 if warmup is None else warmup) + (3 if active is None else active)
+    if every is not None and every <= span:
+        raise UsageError(f"--every {every} leaves no step between windows: a window takes --warmup + --active = "
+                         f"{span} steps; give --every {span + 1} or more")
     window = WindowSettings(
         wait=1 if wait is None else wait,
         warmup=1 if warmup is None else warmup,
@@ -65,6 +85,7 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
         start_after_s=start_after,
         duration_s=(5.0 if duration is None else duration) if start_after is not None else None,
         flight_recorder=fr_entries > 0,
+        every=every, on_demand=on_demand, keep_windows=keep_windows,
     )
     settings = RecordSettings(output=output, force=force, window=window, nccl_coll=nccl_coll,
                               fr_buffer_size=fr_entries, topology=not no_topology, job_id=job_id)

@@ -8,16 +8,17 @@ import re
 import stat
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from commprof.errors import InputError
-from commprof.ingest.job_parts import job_key, join_documents, ranges, same_job
+from commprof.ingest.job_parts import job_key, join_documents, ranges, same_job, window_name
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")  # Kineto traces; nsys exports (nsys export --type sqlite)
 # Folders that hold other raw data (NCCL logs, Flight Recorder, topology, rank sidecars) or our cache.
 SIDECAR_DIRS = frozenset({"nccl", "flight_recorder", "topology", "ranks", "launchers", "tables", "__pycache__"})
+WINDOWS_DIR = "windows"  # record --every / --on-demand: windows/step-<S>/, each a run directory
 NOT_TRACES = frozenset({"manifest.json"})
 RAS_JSON_MAX_BYTES = 4 << 20
 
@@ -32,6 +33,9 @@ class Source:
     problems: tuple[str, ...] = ()  # files passed over (not regular files, unreadable) and manifest fields ignored
     folders: tuple[Path, ...] = ()  # a job's run directories and trace folders (each node's), in the order given
     given: tuple[Path, ...] = ()  # every path the user gave
+    # record --every/--on-demand: the run's windows (each windows/step-<S>/, a run directory of its own), oldest
+    # first, by name; the source itself is the newest window (of every node folder given)
+    windows: tuple[tuple[str, tuple[Path, ...]], ...] = ()
 
     @property
     def run_dirs(self) -> tuple[Path, ...]:
@@ -256,6 +260,11 @@ def discover(path: str | Path) -> Source:
         manifest = _read_manifest(manifest_path, problems)
         raw = p / "raw"
         traces = _walk(raw, problems) if raw.is_dir() else []
+        windows = window_runs(p)
+        if not traces and windows:  # repeating windows: the newest is the run's report, the others its trend
+            newest = discover(windows[-1])
+            return replace(newest, windows=tuple((w.name, (w,)) for w in windows),
+                           problems=tuple(problems) + newest.problems)
         if not traces:
             raise InputError("run directory has no traces under raw/" + _why_no_traces(p, manifest)
                              + (f"; {problems[-1]}" if problems else ""), p)
@@ -270,9 +279,29 @@ def discover(path: str | Path) -> Source:
     return Source(p, "folder", p, tuple(traces), None, tuple(problems))
 
 
+def window_runs(run_dir: Path) -> list[Path]:
+    """The windows of a run recorded with ``--every``/``--on-demand`` that hold a trace (``windows/step-<S>/``,
+    each a run directory), oldest first."""
+    folder = run_dir / WINDOWS_DIR
+    try:
+        names = sorted(c.name for c in folder.iterdir() if c.name.startswith("step-") and c.is_dir())
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        window = folder / name
+        traces = window / "raw" / "traces"
+        if (window / "manifest.json").is_file() and traces.is_dir() and any(
+                is_trace_name(t.name) for t in traces.iterdir()):
+            found.append(window)
+    return found
+
+
 def _job_text(manifest: dict[str, Any] | None) -> str:
     job = (manifest or {}).get("job") or {}
-    return f"job {job.get('source') or job.get('key')} started {(manifest or {}).get('start') or '?'}"
+    window = (manifest or {}).get("window")
+    which = f", window {window.get('name')}" if isinstance(window, dict) and window.get("name") else ""
+    return f"job {job.get('source') or job.get('key')} started {(manifest or {}).get('start') or '?'}{which}"
 
 
 def recorded_job(path: Path) -> dict[str, Any] | None:
@@ -308,7 +337,19 @@ def discover_paths(paths: Iterable[str | Path]) -> Source:
 def _join(sources: list[Source], given: tuple[Path, ...], root: Path | None = None) -> Source:
     """Several nodes' folders as one job: their traces together, their manifests as one (every launcher part),
     each folder's sidecars, logs and dumps read where they lie. Folders of different recorded jobs are refused."""
+    if any(s.windows for s in sources):  # node folders of a run with repeating windows: window by window
+        by_name: dict[str, list[Path]] = {}
+        for s in sources:
+            for name, paths in s.windows or ((s.path.name, (s.root,)),):
+                by_name.setdefault(name, []).extend(paths)
+        names = sorted(by_name)
+        newest = _join([discover(p) for p in by_name[names[-1]]], given=given, root=root)
+        return replace(newest, windows=tuple((n, tuple(by_name[n])) for n in names))
     sources = [d for s in sources for d in ([discover(f) for f in s.folders] if s.kind == "job" else [s])]
+    named = sorted({n for s in sources if (n := window_name(s.manifest))})
+    if len(named) > 1:
+        raise InputError(f"these folders are different windows of a run ({', '.join(named)}): analyze one at a time "
+                         "(or the run folder, for all of them), or compare two with `commprof diff A B`")
     recorded = [s for s in sources if job_key(s.manifest)]
     strangers = [s for s in recorded[1:] if not same_job(recorded[0].manifest, s.manifest)]
     if strangers:

@@ -51,6 +51,12 @@ def job_key(doc: dict[str, Any] | None) -> str | None:
     return str(job["key"]) if isinstance(job, dict) and isinstance(job.get("key"), str) else None
 
 
+def window_name(doc: dict[str, Any] | None) -> str | None:
+    """The window a run directory holds (``windows/step-<S>/`` of a run recorded with repeating windows)."""
+    window = (doc or {}).get("window")
+    return str(window["name"]) if isinstance(window, dict) and isinstance(window.get("name"), str) else None
+
+
 def job_span(doc: dict[str, Any] | None) -> tuple[str, str | None] | None:
     """(start, end) of a recorded run as UTC ISO texts (end None while it runs), or None when unknown. The
     nodes of one job record at the same time; reruns of a job (the same identity) one after the other."""
@@ -62,8 +68,9 @@ def job_span(doc: dict[str, Any] | None) -> tuple[str, str | None] | None:
 
 
 def same_job(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
-    """Two node folders of one job: the same identity, recorded over overlapping times."""
-    if job_key(a) is None or job_key(a) != job_key(b):
+    """Two node folders of one job: the same identity, recorded over overlapping times (and, for the windows of
+    ``record --every``/``--on-demand``, the same window)."""
+    if job_key(a) is None or job_key(a) != job_key(b) or window_name(a) != window_name(b):
         return False
     span_a, span_b = job_span(a), job_span(b)
     if span_a is None or span_b is None:

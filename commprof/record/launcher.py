@@ -283,7 +283,20 @@ def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings, di
     killed = kill_sites(sidecars)
     if killed:
         out.append(killed)
-    return out
+    return out + unrecorded_windows(sidecars)
+
+
+def unrecorded_windows(sidecars: list[dict[str, Any]]) -> list[str]:
+    """record --every/--on-demand: windows asked for that ranks did not record (declined while another one
+    recorded, not reached before the job ended, skipped), one line per window and reason, naming the ranks."""
+    lines: dict[tuple[str, str, str], list[int]] = {}
+    for sc in sidecars:
+        for w in sc.get("windows") or []:
+            if isinstance(w, dict) and w.get("status") in ("declined", "not_reached"):
+                key = (str(w.get("name")), str(w.get("status")).replace("_", " "), str(w.get("why") or ""))
+                lines.setdefault(key, []).append(int(sc["rank"]))
+    return [f"window {name} ({why}): {status} on rank{'s' if len(ranks) > 1 else ''} {_ranges(sorted(ranks))}"
+            for (name, status, why), ranks in sorted(lines.items())]
 
 
 def kill_sites(sidecars: list[dict[str, Any]]) -> str | None:

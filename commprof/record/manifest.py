@@ -135,6 +135,9 @@ def merge_ranks(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
                 "killed_by": window.get("killed_by"),
                 "stopped_in": window.get("stopped_in"),
                 "files": _existing_files(run_dir, sc.get("files") or {}),
+                # record --every/--on-demand: the windows this rank recorded (each in windows/step-<S>/)
+                **({"windows": [w.get("name") for w in sc["windows"] if isinstance(w, dict) and w.get("trace")]}
+                   if isinstance(sc.get("windows"), list) else {}),
             }
         )
     manifest["ranks"] = ranks

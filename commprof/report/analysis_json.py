@@ -92,6 +92,8 @@ def build(analysis: Analysis) -> dict[str, Any]:
             "synthetic": facts.synthetic,
             "layout": _layout(analysis),
             "steps_analyzed": analysis.steps_analyzed,
+            # record --every/--on-demand: which window this is (name, step, reason, trigger), else null
+            "window": _window(analysis.facts.manifest),
             # kernel families the user declared communication (--comm-kernel, [[comm_kernel]])
             "declared_comm_kernels": [{"spec": d.spec, "name": d.name or None} for d in analysis.tables.declared],
         },
@@ -126,6 +128,13 @@ def build(analysis: Analysis) -> dict[str, Any]:
         "warnings": [printable(w) for w in analysis.warnings],  # file names in them: one line each
     })
     return report
+
+
+def _window(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    window = (manifest or {}).get("window")
+    if not isinstance(window, dict):
+        return None
+    return {k: window.get(k) for k in ("name", "step", "reason", "trigger")}
 
 
 def _sources(analysis: Analysis) -> dict[str, list[int]]:

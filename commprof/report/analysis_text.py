@@ -265,9 +265,44 @@ def headline(report: dict[str, Any]) -> str:
     )
 
 
+WINDOW_COLUMNS = ["window", "step", "by", "ranks", "steps", "step ms", "vs first", "exposed ms", "vs first",
+                  "exposed %", "overlap", "findings (+ new, - gone)"]
+
+
+def _signed_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def window_title(report: dict[str, Any]) -> str:
+    windows = report.get("windows") or {}
+    newest = (report["run"].get("window") or {}).get("name") or "the newest"
+    path = str(report["run"]["path"])
+    run = path.rsplit("/windows/", 1)[0] if "/windows/" in path else path
+    return (f"Windows ({windows.get('count', 0)}, oldest first): the tables below are {newest}'s; another: "
+            f"commprof analyze {run}/windows/NAME; two: commprof diff {run}/windows/A {run}/windows/B")
+
+
+def window_rows(report: dict[str, Any]) -> list[list[str]]:
+    """record --every/--on-demand: one row per window (analyzers/trend.py)."""
+    windows = report.get("windows") or {}
+    out = []
+    for w in windows.get("rows") or []:
+        found = [f"{f['severity']} {f['id']}" for f in w["findings"]]
+        found += [f"+{k}" for k in w["new_findings"]] + [f"-{k}" for k in w["gone_findings"]]
+        out.append([w["window"], str(w["step"] if w["step"] is not None else "-"), w["reason"] or "-",
+                    str(w["ranks"] if w["ranks"] is not None else "-"), str(w["steps"] if w["steps"] is not None
+                                                                            else "-"),
+                    fmt_ms(w["step_ns"]), _signed_pct(w["step_change_pct"]), fmt_ms(w["exposed_comm_ns"]),
+                    _signed_pct(w["exposed_change_pct"]), fmt_pct(w["exposed_pct_of_step"]), fmt_pct(w["overlap_pct"]),
+                    ", ".join(found) or "none"])
+    out += [[f["window"], *["-"] * 10, f"not analyzed: {f['why']}"] for f in windows.get("failed") or []]
+    return out
+
+
 def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, columns, rows) of each table, in report order; text and Markdown show the same."""
     return [
+        (window_title(report), WINDOW_COLUMNS, window_rows(report)),
         (rank_title(report), RANK_COLUMNS, rank_rows(report)),
         (f"Spread over the {len(report['ranks']):,} ranks (per step; min/max at: the rank holding it)", DIST_COLUMNS,
          distribution_rows(report)),
@@ -303,7 +338,11 @@ def render_text(report: dict[str, Any], console: Console) -> None:
             title += f"; {tier_sources(report)})" if tier_sources(report) else ")"
         table = Table(title=title, title_justify="left", header_style="bold")
         for i, col in enumerate(columns):
-            left = i == 0 or (columns is not DIST_COLUMNS and (i < 2 or col in {"desc", "ops", "dim", "tier", "op"}))
+            if columns is WINDOW_COLUMNS:
+                left = col in ("window", "by") or col.startswith("findings")
+            else:
+                named = i < 2 or col in {"desc", "ops", "dim", "tier", "op"}
+                left = i == 0 or (columns is not DIST_COLUMNS and named)
             table.add_column(col, justify="left" if left else "right")
         for row in rows:
             table.add_row(*row)

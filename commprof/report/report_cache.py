@@ -159,7 +159,10 @@ def key(run: Any, settings: Any, options: dict[str, Any]) -> str | None:
     numpy_row = prepared["numpy"] if "numpy" in prepared else _package_row("numpy")
     try:
         given = list(run.source.given) or [Path(run.path)]
-        inputs = _input_rows_of(given, list(run.ingested.entries), [Path(run.ingested.cache)])
+        caches = [Path(run.ingested.cache)]
+        # repeating windows: the report holds every window's trend (opening.window_trend), so all are inputs
+        others = [w for _, folders in getattr(run.source, "windows", ()) for w in folders if w not in given]
+        inputs = _input_rows_of(given + others, list(run.ingested.entries), caches + [w / "tables" for w in others])
         if inputs is None:
             return None
         code = prepared["code"] if "code" in prepared else _code_rows()

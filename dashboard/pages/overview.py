@@ -198,6 +198,24 @@ def dimension_tier_table(cache: RunCache, key: str) -> Any:
                     id=ids.OVERVIEW_DIM_TIER)
 
 
+def windows_section(cache: RunCache, key: str) -> Any:
+    """record --every/--on-demand: how the windows change (the CLI's Windows table, row for row, and their
+    trend); nothing for a run of one window."""
+    report = cache.report(key)
+    rows = analysis_text.window_rows(report)
+    if not rows:
+        return None
+    head = html.Tr([html.Th(c, className="text" if c in ("window", "by") or c.startswith("findings") else "")
+                    for c in analysis_text.WINDOW_COLUMNS])
+    body = [html.Tr([html.Td(c, className="text" if i in (0, 2, 11) else "") for i, c in enumerate(cells)])
+            for cells in rows]
+    return html.Div([html.H3(analysis_text.window_title(report)),
+                     dcc.Graph(id=ids.OVERVIEW_WINDOWS_GRAPH, config={"displaylogo": False},
+                               figure=figures.window_trend_figure((report.get("windows") or {}).get("rows") or [])),
+                     html.Div(html.Table([html.Thead(head), html.Tbody(body)], className="grid"), className="scroll")],
+                    id=ids.OVERVIEW_WINDOWS)
+
+
 def _settings_text(cache: RunCache) -> str:
     s = cache.settings
     if s is None:
@@ -227,6 +245,7 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
                          title="An annotated trace of every rank: open it at ui.perfetto.dev (Open trace file)")],
                  className="controls"),
         headline(cache, key),
+        windows_section(cache, key),
         html.H3("Findings"),
         findings_section(cache, key),
         dimension_tier_table(cache, key),

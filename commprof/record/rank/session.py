@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import importlib
 import os
 import sys
@@ -29,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import flight, signals
+from . import windows as win
 from .annotate import Annotator
 from .config import RankConfig
 from .files import utc_now_iso
@@ -67,6 +69,16 @@ class RankSession:
         self._profiler_guard = ProfilerEntryGuard(lambda: self._internal, self._user_profiler_starts)
         self.trace = TraceWriter(self.sidecar, self._warn)
         self.fr_enabled = self.window.flight_recorder and flight.buffer_size() > 0
+        # repeating windows (record --every / --on-demand): each in windows/step-<S>/, a run directory of its own;
+        # while one is open, sidecar/paths/trace are the window's, the run-level ones wait in _run_files
+        self.config = config
+        self.control = win.Control(config.run_dir, identity.rank) if self.window.on_demand else None
+        self._run_files: tuple[Sidecar, RankPaths, TraceWriter] | None = None
+        self._request: win.Request | None = None
+        self._window_warmup, self._window_active = self.window.warmup, self.window.active
+        self._writers: list[TraceWriter] = []
+        if self.window.repeating:
+            self.sidecar.data["windows"] = []
 
     # ---- setup -------------------------------------------------------------------------------
 
@@ -85,7 +97,10 @@ class RankSession:
         atexit.register(self._at_exit)
         signals.TermFlush(self._on_signal).install()
         self.sidecar.write()
-        if self.window.mode == "steps" and self.window.wait == 0:
+        if self.window.mode == "steps" and self.window.wait == 0 and self.window.every is not None:
+            self._owner = threading.get_ident()
+            self._open_window(win.every_request(0, 0, self.window.every))
+        elif self.window.mode == "steps" and self.window.wait == 0 and not self.window.repeating:
             self._owner = threading.get_ident()  # the thread importing torch: the script's own
             self._open_window()
 
@@ -120,6 +135,14 @@ class RankSession:
             self._fail(err)
 
     def _advance_steps(self) -> None:
+        if self.window.repeating:
+            request = self._due_request()
+            if self.state == WAITING:
+                if request is not None:
+                    self._open_window(request)
+                return
+            if request is not None:  # asked while a window records: said, not queued
+                self._note_window(request, "declined", "a window was recording at that step")
         if self.state == WAITING:
             if self.steps >= self.window.wait:
                 self._open_window()
@@ -165,7 +188,20 @@ class RankSession:
         enabled = getattr(self.torch._C._autograd, "_profiler_enabled", None)
         return bool(enabled()) if enabled is not None else False
 
-    def _open_window(self) -> None:
+    def _due_request(self) -> win.Request | None:
+        """The window due at this optimizer step: the schedule's (--every), else a trigger's (--on-demand; the
+        control is read at every step so that the rank's progress stays current)."""
+        scheduled = None
+        if self.window.every is not None:
+            scheduled = win.every_request(self.steps, self.window.wait, self.window.every)
+        asked = self.control.on_step(self.steps) if self.control is not None else None
+        if asked is not None and scheduled is not None:
+            self._note_window(asked, "declined", "a scheduled window opens at that step")
+        return scheduled or asked
+
+    def _open_window(self, request: win.Request | None = None) -> None:
+        if request is not None:
+            self._enter_window(request)
         if self._user_profiler_running():
             self._finish(
                 "skipped_user_profiler",
@@ -181,7 +217,7 @@ class RankSession:
             warnings.simplefilter("ignore")
             if self.window.mode == "steps":
                 schedule = profiler.schedule(
-                    skip_first=self.steps, wait=0, warmup=self.window.warmup, active=self.window.active, repeat=1
+                    skip_first=self.steps, wait=0, warmup=self._window_warmup, active=self._window_active, repeat=1
                 )
                 prof = profiler.profile(
                     activities=activities, schedule=schedule, on_trace_ready=self._on_trace_ready, record_shapes=True
@@ -235,7 +271,8 @@ class RankSession:
             self.trace.export(prof)
 
     def _close_window(self, stall_started: float, status: str = "complete") -> None:
-        window = self.sidecar.window
+        sidecar, trace = self.sidecar, self.trace  # the window's (a repeating window's until it is left)
+        window = sidecar.window
         window["recording_ended_at"] = utc_now_iso()
         if self.window.mode == "steps":
             # a finished window's profiler has already moved to the step after its last one
@@ -246,17 +283,24 @@ class RankSession:
         after_trace = time.perf_counter()
         self._dump_flight_recorder()
         after_fr = time.perf_counter()
-        self._finish(status if self.trace.export_ms is not None else f"{status}_no_trace", None)
+        final = status if trace.export_ms is not None else f"{status}_no_trace"
+        if self.window.repeating and status == "complete":
+            window["status"] = final
+            self._between_windows()
+        else:
+            self._finish(final, None, leave=False)
         ended = time.perf_counter()
         window["stall_ms"] = {
             "total": round((ended - stall_started) * 1e3, 3),
             "stop_and_export": round((after_trace - stall_started) * 1e3, 3),
-            "export": round(self.trace.export_ms or 0.0, 3),
+            "export": round(trace.export_ms or 0.0, 3),
             "flight_recorder": round((after_fr - after_trace) * 1e3, 3),
         }
-        self.sidecar.write()
+        sidecar.write()
+        if self._run_files is not None:
+            self._leave_window(final)
 
-    def _finish(self, status: str, warning: str | None) -> None:
+    def _finish(self, status: str, warning: str | None, leave: bool = True) -> None:
         """The window is over (or never happens): put everything of ours away."""
         self.state = DONE
         self.sidecar.window["status"] = status
@@ -271,6 +315,98 @@ class RankSession:
             self._warn(warning)
         self.sidecar.merge_groups(self._groups())
         self.sidecar.write()
+        if leave and self._run_files is not None:
+            self._leave_window(status)
+
+    # ---- repeating windows (record --every / --on-demand; rank/windows.py) -------------------------
+
+    def _enter_window(self, request: win.Request) -> None:
+        """Make the window's folder this rank's place: its sidecar, trace and Flight Recorder dump go there."""
+        folder = os.path.join(self.paths.run_dir, win.WINDOWS_DIR, win.window_name(request.step))
+        paths = RankPaths(folder, self.identity.rank)
+        paths.make_dirs()
+        sidecar = Sidecar(self.config, self.identity, paths)
+        run = self.sidecar.data
+        for key in ("versions", "device", "gpu_name", "backend", "training_tid", "process_groups", "started_at"):
+            sidecar.data[key] = copy.deepcopy(run[key])
+        self._window_warmup = self.window.warmup if request.warmup is None else request.warmup
+        self._window_active = self.window.active if request.active is None else request.active
+        window = sidecar.window
+        window.update({"warmup": self._window_warmup, "active": self._window_active, "name": win.window_name(
+            request.step), "reason": request.reason, "asked_step": request.step, "trigger": request.id or None,
+            "optimizer_steps": self.steps})
+        if self.steps > request.step:
+            window["opened_late"] = f"asked for step {request.step}, seen at step {self.steps}"
+        win.window_manifest(self.paths.run_dir, folder, request, self._window_active, self._window_warmup)
+        self._run_files = (self.sidecar, self.paths, self.trace)
+        self._writers.append(self.trace)
+        self.sidecar, self.paths, self.trace = sidecar, paths, TraceWriter(sidecar, self._warn)
+        self._request = request
+
+    def _between_windows(self) -> None:
+        """A repeating window closed: nothing of ours runs until the next one (the step hook returns at once)."""
+        self.state = WAITING
+        if self.annotator is not None:
+            self.annotator.annotating = False
+            self.annotator.uninstall()
+
+    def _leave_window(self, status: str) -> None:
+        """Back to the run's own files; the window is summed up in the run sidecar's ``windows``."""
+        assert self._run_files is not None and self._request is not None
+        done, trace = self.sidecar, self.trace
+        self._writers.append(trace)
+        self.sidecar, self.paths, self.trace = self._run_files
+        self._run_files = None
+        summary = self._summary(self._request, status, done.window)
+        if trace.export_ms is not None:
+            summary["trace"] = self.paths.relative(trace.path)
+            with self.sidecar.lock:
+                self.sidecar.set_file("trace", trace.path)  # the newest window's: the rank has a trace
+        with self.sidecar.lock:
+            self.sidecar.data["windows"].append(summary)
+            self.sidecar.data["process_groups"] = copy.deepcopy(done.data["process_groups"])
+            run_window = self.sidecar.window
+            run_window["status"] = "waiting" if self.state == WAITING else status
+            run_window["optimizer_steps"] = self.steps
+        if self.window.keep_windows:
+            dropped = win.prune(self.paths.run_dir, self.identity.rank, self.window.keep_windows)
+            if dropped:
+                with self.sidecar.lock:
+                    for entry in self.sidecar.data["windows"]:
+                        if entry.get("name") in dropped and not entry.get("dropped"):
+                            entry["dropped"] = f"--keep-windows {self.window.keep_windows}"
+                            entry.pop("trace", None)
+        self._request = None
+        self.sidecar.write()
+
+    def _note_window(self, request: win.Request, status: str, why: str) -> None:
+        """A window asked for and not recorded (declined, skipped): said in the run sidecar, never raised."""
+        sidecar = self._run_files[0] if self._run_files is not None else self.sidecar
+        entry = self._summary(request, status, {})
+        entry["why"] = why
+        with sidecar.lock:
+            sidecar.data["windows"].append(entry)
+        sidecar.write()
+
+    def _summary(self, request: win.Request, status: str, window: dict[str, Any]) -> dict[str, Any]:
+        out = {"name": win.window_name(request.step), "step": request.step, "reason": request.reason,
+               "trigger": request.id or None, "status": status, "seen_at_optimizer_step": self.steps}
+        for key in ("opened_at_optimizer_step", "first_profiler_step", "last_profiler_step", "recording_started_at",
+                    "recording_ended_at", "opened_late"):
+            if window.get(key) is not None:
+                out[key] = window[key]
+        return out
+
+    def _unreached_requests(self) -> None:
+        """At exit: the windows asked for that the job ended before (said, as declined ones are)."""
+        if self.control is None:
+            return
+        for request in self.control.close(self.steps):
+            self._note_window(request, "not_reached", f"the job ended at optimizer step {self.steps}")
+
+    def _wait_writers(self, timeout_s: float = 300.0) -> None:
+        for writer in (*self._writers, self.trace):
+            writer.wait(timeout_s=timeout_s)
 
     def _stop_profiler(self) -> None:
         """The one place the profiler is stopped (the trace, when the schedule made one, is out by then)."""
@@ -311,12 +447,14 @@ class RankSession:
                 self._close_window(stall_started, status="ended_during_active")
                 flight_recorder_dumped = True
             elif self.state == WAITING:
-                status = "ended_before_window"
+                recorded = [w for w in self.sidecar.data.get("windows") or [] if w.get("trace")]
+                status = "ended_between_windows" if recorded else "ended_before_window"
+            self._unreached_requests()
             if status is not None:
                 self._finish(status, None)
             if not flight_recorder_dumped:
                 self._dump_flight_recorder()
-            self.trace.wait()
+            self._wait_writers()
             self.sidecar.data["ended_at"] = utc_now_iso()
             self.sidecar.merge_groups(self._groups())
             self.sidecar.write()
@@ -335,8 +473,9 @@ class RankSession:
         window["stopped_in"] = where
         window["optimizer_steps"] = self.steps
         state = self.state
-        status = {WAITING: "killed_before_window", WARMUP: "killed_during_warmup",
-                  ACTIVE: "killed_during_active"}.get(state)
+        recorded = any(w.get("trace") for w in self.sidecar.data.get("windows") or [])
+        status = {WAITING: "killed_between_windows" if recorded else "killed_before_window",
+                  WARMUP: "killed_during_warmup", ACTIVE: "killed_during_active"}.get(state)
         try:
             if state == ACTIVE and on_owner_thread:
                 stall_started = time.perf_counter()
@@ -350,7 +489,7 @@ class RankSession:
         finally:
             if not (state == ACTIVE and on_owner_thread):
                 self._dump_flight_recorder()
-            self.trace.wait(timeout_s=signals.FLUSH_TIMEOUT_S / 2)
+            self._wait_writers(timeout_s=signals.FLUSH_TIMEOUT_S / 2)
             self.sidecar.data["ended_at"] = utc_now_iso()
             self.sidecar.write()
 

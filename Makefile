@@ -104,8 +104,9 @@ bench-versions: $(STAMP)  # HEAD vs BENCH_BASE only (BENCH_VERSIONS_ARGS="--repe
 bench-dashboard: $(STAMP)
 	$(BIN)/python bench/bench_dashboard.py
 
-bench-record: $(STAMP)
-	$(BIN)/python bench/bench_record.py
+bench-record: $(STAMP)  # what record costs per step, by phase, 1 and 2 ranks (ranks <= cores); ~25 min
+	$(BIN)/python bench/bench_record.py --nproc 1 --tp 1 --dp 1 $(BENCH_RECORD_ARGS)
+	$(BIN)/python bench/bench_record.py --nproc 2 --tp 1 --dp 2 $(BENCH_RECORD_ARGS)
 
 bench-nccl: $(STAMP)  # NCCL logs: all-NCCL 93 MB + a 1 GB app log with NCCL at its ends, rows to .bench/nccl.json (BENCH_NCCL_ARGS="--rare-mb 100 --base /tmp/base")
 	$(BIN)/python bench/bench_nccl.py $(BENCH_NCCL_ARGS)

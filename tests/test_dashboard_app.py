@@ -319,7 +319,8 @@ def test_cli_warns_when_served_to_the_network(tmp_path: Path, served: dict[str, 
     shutil.copytree(SAMPLE, tmp_path / "s", ignore=shutil.ignore_patterns("tables"))
     result = CliRunner().invoke(main, ["dashboard", str(tmp_path / "s"), "--host", "0.0.0.0"])
     assert result.exit_code == 0
-    assert "warning: --host 0.0.0.0 serves the dashboard to the network" in result.output
+    assert "warning: --host 0.0.0.0 serves the dashboard to the network, to whoever has its token" in result.output
+    assert "?token=" in result.output and "no login" not in result.output  # tests/test_dashboard_token.py: HTTP
     assert host_warning("127.0.0.1", 1) is None and host_warning("localhost", 1) is None
     assert host_warning("::", 8050) is not None
 

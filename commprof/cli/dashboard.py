@@ -7,6 +7,7 @@ so that the advice a page gives ("start the dashboard with --network ib") can be
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -85,25 +86,63 @@ def _open(paths: tuple[str, ...], jobs: int | None, step_range: str | None, decl
         raise InputError(f"cannot load the run: {type(err).__name__}: {err}", " + ".join(paths)) from None
 
 
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK or host.startswith("127.")
+
+
 def host_warning(host: str, port: int) -> str | None:
     """The warning printed when the dashboard listens beyond this machine."""
-    if host in LOOPBACK or host.startswith("127."):
+    if is_loopback(host):
         return None
-    return (f"commprof: warning: --host {host} serves the dashboard to the network: anyone who can reach this "
-            f"machine on port {port} can read these runs (paths, hosts, traces, analysis) — there is no login. "
-            f"Use the default 127.0.0.1 with an SSH tunnel (ssh -L {port}:localhost:{port} HOST) to keep them "
-            "private.")
+    return (f"commprof: warning: --host {host} serves the dashboard to the network, to whoever has its token (in the "
+            f"URL below; every request without it is refused). The traffic is plain HTTP, the token included: "
+            f"on a network others can read, keep the default 127.0.0.1 and tunnel "
+            f"(ssh -L {port}:localhost:{port} HOST).")
+
+
+def choose_token(host: str, given: str | None) -> tuple[str | None, bool]:
+    """(the token requests must carry or None, whether it was made here): the one given (--token or the
+    environment), else a random one when the server listens beyond loopback, else none."""
+    if given is not None:
+        if not given.strip():
+            raise click.BadParameter("must not be empty", param_hint="'--token'")
+        return given, False
+    if is_loopback(host):
+        return None, False
+    from commprof.dashboard.access import new_token
+
+    return new_token(), True
+
+
+def server_url(host: str, port: int, token: str | None, made_here: bool) -> str:
+    """The URL to open. A token made here is printed in it (the only way to learn it); one the user gave is
+    not, so that it stays out of logs they did not choose to write it into."""
+    from urllib.parse import quote
+
+    shown = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    url = f"http://{shown}:{port}/"
+    if token is None:
+        return url
+    return url + (f"?token={quote(token, safe='')}" if made_here else "?token=<the token you gave>")
+
+
+TOKEN_HELP = ("Token every request must carry: ?token= in the URL (the browser keeps it in a cookie), or an "
+              "'Authorization: token ...' header. Default: a random one, printed in the URL, when --host serves "
+              "beyond this machine; none on loopback. Prefer the environment variable to the flag: a command "
+              "line is visible to other users of the machine (ps).")
 
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on (the default serves only this machine; anything else serves the "
-                   "runs to the network, without a login).")
+                   "runs to the network, to whoever has the token: --token).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True, help="TCP port.")
+@click.option("--token", envvar="COMMPROF_DASHBOARD_TOKEN", show_envvar=True, default=None, help=TOKEN_HELP)
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None,
               help="Processes that parse traces in parallel (default: one per core).")
-def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, layout: str | None,
+def dashboard(paths: tuple[str, ...], host: str, port: int, token: str | None, jobs: int | None, layout: str | None,
               network: str | None, gpus_per_node: int | None, switches_path: str | None, peaks: str | None,
               hta_compat: bool, step_range: str | None, comm_kernels: tuple[Any, ...]) -> None:
     """Open runs (run directories, folders of traces or trace files) in a web dashboard.
@@ -118,6 +157,7 @@ def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, la
     settings = AnalysisSettings(hta_compat=hta_compat, layout=parse_layout(layout) if layout else None,
                                 network=network, gpus_per_node=gpus_per_node, peaks=parse_peaks(peaks),
                                 switches=read_switches(switches_path))
+    token, made_here = choose_token(host, token)
     warning = host_warning(host, port)
     if warning:
         click.echo(warning, err=True)
@@ -136,10 +176,15 @@ def dashboard(paths: tuple[str, ...], host: str, port: int, jobs: int | None, la
     # the server answers at once; the runs are analyzed beside it (a page waits for its run's analysis)
     cache = RunCache(runs, settings, failures, order)
     app = create_app(runs, cache)
+    if token is not None:
+        from commprof.dashboard.access import require_token
+
+        require_token(app, token, port)  # every route: pages, callbacks, scripts, downloads
     warm_in_background(cache, lambda problem: click.echo(f"commprof: warning: {problem}", err=True),
                        app.commprof_warm_page)
     failed = f"; {len(failures)} could not be opened ({', '.join(failures)})" if failures else ""
-    click.echo(f"commprof dashboard: {len(runs)} run(s) ({', '.join(runs)}){failed} on http://{host}:{port}/",
+    click.echo(f"commprof dashboard: {len(runs)} run(s) ({', '.join(runs)}){failed} on "
+               f"{server_url(host, port, token, made_here)}",
                err=True)
     serve(app, host, port)  # threads, each view state computed once (dashboard/serve.py)
 

@@ -26,7 +26,7 @@ from test_dashboard_browser import Server, free_port, make_driver  # noqa: E402
 import commprof  # noqa: E402
 from commprof.dashboard import create_app, ids  # noqa: E402
 from commprof.dashboard.cache import MAX_TIMELINE_RANKS, warmed  # noqa: E402
-from commprof.dashboard.transforms import RANK_LANES  # noqa: E402
+from commprof.figures.transforms import RANK_LANES  # noqa: E402
 from commprof.synth_run import make_run  # noqa: E402
 
 PAGES = {"overview": ids.OVERVIEW_BREAKDOWN, "timeline": ids.TIMELINE_GRAPH, "collectives": ids.COLL_SCATTER,

@@ -19,7 +19,7 @@ from commprof.dashboard.cache import RunCache
 from commprof.dashboard.memo import Memo
 from commprof.dashboard.serve import cache_answers
 from commprof.dashboard.state import LOG, parse_query
-from commprof.dashboard.style import fmt_ms, fmt_pct
+from commprof.figures.style import fmt_ms, fmt_pct
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import AnalysisSettings

@@ -18,10 +18,11 @@ import polars as pl
 
 import commprof
 from commprof.analyzers import windows
-from commprof.dashboard import figures, transforms
 from commprof.dashboard.memo import memoized
 from commprof.dashboard.state import LOG
-from commprof.dashboard.style import group_label, natural_key
+from commprof.figures import charts as figures
+from commprof.figures import transforms
+from commprof.figures.style import group_label, natural_key
 
 if TYPE_CHECKING:
     from commprof.analyzers.pipeline import Analysis, AnalysisSettings

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 
 import commprof
-from commprof.dashboard import create_app, figures, ids, transforms
+from commprof.dashboard import create_app, ids
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.memo import Memo
 from commprof.dashboard.pages import overview
+from commprof.figures import charts as figures
+from commprof.figures import transforms
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "tp2_pp2_dp2"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from commprof.dashboard import figures
+from commprof.figures import charts as figures
 
 
 def tied_waits(keys: int = 3000, ranks: int = 4) -> pl.DataFrame:

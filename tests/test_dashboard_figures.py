@@ -11,8 +11,9 @@ import polars as pl
 import pytest
 
 import commprof
-from commprof.dashboard import figures, style, transforms
 from commprof.dashboard.cache import RunCache
+from commprof.figures import charts as figures
+from commprof.figures import style, transforms
 from commprof.synth_run import SynthSpec, expected_parts, make_run
 
 SPEC = SynthSpec(ranks=16, steps=3, layout=(4, 2, 2), straggler_rank=5)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-VIEWS = ("commprof.report", "commprof.check", "commprof.export", "commprof.dashboard", "commprof.nccl")
+VIEWS = ("commprof.report", "commprof.check", "commprof.export", "commprof.dashboard", "commprof.nccl",
+         "commprof.figures")
 INGEST = ("commprof.ingest", "commprof.run", "commprof.errors", "commprof.vocab")
 FORBIDDEN = {
     "ingest": ("commprof.analyzers", *VIEWS, "commprof.record", "commprof.cli", "commprof.synth"),

@@ -13,9 +13,10 @@ import polars as pl
 from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
 from dash.dash_table.Format import Format, Scheme
 
-from commprof.dashboard import figures, ids
+from commprof.dashboard import ids
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.state import BadInput, as_choice, as_key, guarded, href
+from commprof.figures import charts as figures
 
 TITLE = "Collectives"
 FILTERS = (("dimension", ids.COLL_FILTER_DIMENSION), ("tier", ids.COLL_FILTER_TIER),

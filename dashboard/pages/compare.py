@@ -8,10 +8,12 @@ from urllib.parse import urlencode
 
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
-from commprof.dashboard import figures, ids, transforms
+from commprof.dashboard import ids
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.state import as_key, guarded, parse_query
-from commprof.dashboard.style import fmt_bytes, fmt_gbps, fmt_ms, fmt_pct
+from commprof.figures import charts as figures
+from commprof.figures import transforms
+from commprof.figures.style import fmt_bytes, fmt_gbps, fmt_ms, fmt_pct
 
 TITLE = "Compare"
 COLUMNS = ("metric", "run A", "run B", "B − A", "change")

@@ -7,10 +7,11 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from commprof.dashboard import figures, ids
+from commprof.dashboard import ids
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.state import as_key, as_ranks, guarded, href
-from commprof.dashboard.style import SEVERITY_COLOURS, fmt_ms, fmt_pct
+from commprof.figures import charts as figures
+from commprof.figures.style import SEVERITY_COLOURS, fmt_ms, fmt_pct
 from commprof.report import analysis_text
 from commprof.report.findings_text import _share  # the CLI's "(x % of the step)"
 

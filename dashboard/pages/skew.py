@@ -12,10 +12,12 @@ from urllib.parse import urlencode
 import polars as pl
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from commprof.dashboard import figures, ids, transforms
+from commprof.dashboard import ids
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.state import BadInput, as_choice, as_key, guarded, href
-from commprof.dashboard.style import fmt_ms, natural_key
+from commprof.figures import charts as figures
+from commprof.figures import transforms
+from commprof.figures.style import fmt_ms, natural_key
 
 TITLE = "Skew"
 ALL_GROUPS = "all"

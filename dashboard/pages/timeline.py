@@ -13,7 +13,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from commprof.dashboard import ids, transforms
+from commprof.dashboard import ids
 from commprof.dashboard.cache import MAX_TIMELINE_RANKS, RunCache
 from commprof.dashboard.state import (
     BadInput,
@@ -28,6 +28,7 @@ from commprof.dashboard.state import (
     parse_query,
     ranks_text,
 )
+from commprof.figures import transforms
 
 TITLE = "Timeline"
 WHOLE_RUN = "all"

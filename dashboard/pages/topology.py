@@ -9,10 +9,12 @@ from typing import Any
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from commprof.analyzers import traffic
-from commprof.dashboard import figures, ids, transforms
+from commprof.dashboard import ids
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.pages.overview import _point
 from commprof.dashboard.state import as_key, as_ranks, guarded, href
+from commprof.figures import charts as figures
+from commprof.figures import transforms
 
 TITLE = "Topology"
 

@@ -13,19 +13,19 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
-from commprof.dashboard import style, transforms
-from commprof.dashboard.figures_base import MAX_FIGURE_PX, MAX_HEATMAP_RANKS  # noqa: F401 - re-exported
-from commprof.dashboard.figures_base import base_layout as _base
-from commprof.dashboard.figures_base import empty as _empty
-from commprof.dashboard.figures_base import note as _note
-from commprof.dashboard.figures_topology import (  # noqa: F401 - re-exported: pages call figures.*
+from commprof.figures import style, transforms
+from commprof.figures.base import MAX_FIGURE_PX, MAX_HEATMAP_RANKS  # noqa: F401 - re-exported
+from commprof.figures.base import base_layout as _base
+from commprof.figures.base import empty as _empty
+from commprof.figures.base import note as _note
+from commprof.figures.style import PART_COLOURS, PART_LABELS, UNKNOWN
+from commprof.figures.topology import (  # noqa: F401 - re-exported: pages call figures.*
     MAX_LINKS,
     RANK_LINKS_UP_TO,
     heaviest_links,
     topology_figure,
     traffic_figure,
 )
-from commprof.dashboard.style import PART_COLOURS, PART_LABELS, UNKNOWN
 
 PARTS = ("compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
 MAX_SCATTER_POINTS = 4_000
@@ -57,11 +57,12 @@ def breakdown_figure(rank_summary: pl.DataFrame, title: str | None = None) -> go
 def window_trend_figure(rows: list[dict[str, object]]) -> go.Figure:
     """record --every/--on-demand: step time and exposed communication per window (ms per rank-step), by the
     optimizer step each window opened at; a window's findings in its hover."""
-    title = "Windows: step time and exposed communication (ms per rank-step) by optimizer step"
+    title = "Windows: step time and exposed communication (ms per rank-step), window by window"
     shown = [r for r in rows if r.get("step_ns") is not None]
     if not shown:
         return _empty(title, "no window with an analyzed step")
-    x = [r.get("step") for r in shown]
+    timed = all(r.get("step") is None and r.get("seconds") is not None for r in shown)
+    x = [r.get("seconds") if timed else r.get("step") for r in shown]
     names = [str(r.get("window")) for r in shown]
     found = ["<br>".join(f"{f['severity']} {f['title']}" for f in r.get("findings") or []) or "no finding"  # type: ignore[attr-defined, index]
              for r in shown]
@@ -72,7 +73,8 @@ def window_trend_figure(rows: list[dict[str, object]]) -> go.Figure:
             mode="lines+markers", name=label, line={"color": colour}, customdata=list(zip(names, found, strict=True)),
             hovertemplate=(f"%{{customdata[0]}} (step %{{x}})<br>{label} %{{y:.2f}} ms<br>%{{customdata[1]}}"
                            "<extra></extra>")))
-    fig.update_layout(xaxis={"title": "optimizer step the window opened at"}, yaxis={"title": "ms per rank-step",
+    fig.update_layout(xaxis={"title": "seconds after the start" if timed else "optimizer step the window opened at"},
+                      yaxis={"title": "ms per rank-step",
                       "rangemode": "tozero"}, height=320, legend={"orientation": "h", "y": 1.12, "x": 0})
     _base(fig, title, margin={"t": 80, "l": 70, "r": 30, "b": 60})
     return fig

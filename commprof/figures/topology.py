@@ -11,9 +11,9 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
-from commprof.dashboard import style
-from commprof.dashboard.figures_base import MAX_FIGURE_PX, MAX_HEATMAP_RANKS, base_layout, empty, note
-from commprof.dashboard.style import UNKNOWN
+from commprof.figures import style
+from commprof.figures.base import MAX_FIGURE_PX, MAX_HEATMAP_RANKS, base_layout, empty, note
+from commprof.figures.style import UNKNOWN
 
 RANK_LINKS_UP_TO = 16  # ranks: beyond, the topology draws host-to-host links only
 MAX_LINKS = 48  # links drawn at most (the heaviest)

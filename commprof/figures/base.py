@@ -7,7 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from commprof.dashboard import style
+from commprof.figures import style
 
 MAX_HEATMAP_RANKS = 64  # beyond, heatmaps roll ranks up to hosts
 MAX_FIGURE_PX = 6000

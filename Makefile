@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest zoo zoo-layout zoo-calibrate cluster-demo bench bench-kineto bench-dashboard install clean bench-record bench-synth bench-scale fuzz
+.PHONY: demo test lint pytest dist wheel-check zoo zoo-layout zoo-calibrate cluster-demo bench bench-kineto bench-dashboard install clean bench-record bench-synth bench-scale fuzz
 
 $(STAMP): pyproject.toml tools/setup_venv.py
 	@# torch: the one $(PYTHON) has, else a wheel on this machine, else the CPU-only build (never PyPI's
@@ -33,6 +33,20 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
+
+# the sdist and the wheel into dist/ (python -m build: the wheel is built from the sdist), their metadata and the
+# wheel's files checked: commprof/, analyzers/ and dashboard/ as commprof.analyzers and commprof.dashboard, their data
+# files, the script (tools/check_dist.py). The build's output goes to $(VENV)/build.log
+dist: $(STAMP)
+	@rm -rf dist
+	@$(BIN)/python -m build --outdir dist . >$(VENV)/build.log 2>&1 || { tail -30 $(VENV)/build.log; exit 1; }
+	$(BIN)/python tools/check_dist.py dist
+
+# the wheel as a user installs it: a fresh venv without torch, `pip install dist/<wheel>` (its requirements from the
+# index, never torch), then that venv's commprof analyzes a sample, answers dashboard --help and serves the sample
+# from outside the checkout (about 1 min; CI runs it after make test)
+wheel-check: dist
+	$(BIN)/python tools/check_dist.py dist --install
 
 # the fault zoo: every fault of tests/zoo/train_zoo.py and its clean twins recorded 3 times on 4 Gloo ranks, each
 # fault's cost by A/B inside one job twice, the calibration table printed and written to ZOO_OUT/calibration.md

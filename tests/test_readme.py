@@ -25,3 +25,18 @@ def test_links_stay_inside_the_repository() -> None:
         if "://" not in target:
             assert (ROOT / target).exists(), target
     assert "../shared/DESIGN" not in README and "DESIGN §" not in README
+
+
+def test_install_lines_are_what_ci_checks() -> None:
+    """No release exists, so no code block tells people to `pip install commprof`; the wheel the README
+    installs is the one `make wheel-check` (CI, after make test) builds, installs into a fresh venv and uses."""
+    section = README[README.index("## Install"):README.index("## Analyze your own traces")]
+    lines = [line.split("#")[0].strip() for block in re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+             for line in block.splitlines()]
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), flags=re.MULTILINE)
+    assert version is not None
+    assert lines == ["pip install .", "pip install '.[record]'", "pip install build && python -m build",
+                     f"pip install dist/commprof-{version.group(1)}-py3-none-any.whl"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-m build --outdir dist ." in makefile and "tools/check_dist.py dist --install" in makefile
+    assert "make wheel-check" in (ROOT / ".ci" / "run").read_text()

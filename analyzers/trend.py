@@ -3,7 +3,8 @@
 Each window is analyzed as the run directory it is (``windows/step-<S>/``); this module turns those analyses'
 reports into one row per window, oldest first:
 
-* **window** its name; **step** the optimizer step it was asked to open at; **reason** ``every`` | ``on_demand``;
+* **window** its name; **step** the optimizer step it was asked to open at (**seconds** after the start, for time
+  windows: ``record --every 10m --start-after ...``); **reason** ``every`` | ``on_demand``;
 * **ranks**, **steps** ranks and rank-steps analyzed; **step_ns**, **exposed_comm_ns**, **overlap_pct**,
   **exposed_pct_of_step** the run's means per rank and step (the window's own report, ``totals``);
 * **step_change_pct**, **exposed_change_pct** against the first window (``None`` for the first, or where the first
@@ -30,7 +31,8 @@ def window_row(name: str, report: dict[str, Any]) -> dict[str, Any]:
     findings = [{"id": f.get("id"), "key": f.get("key"), "severity": f.get("severity"), "title": f.get("title")}
                 for f in report.get("findings") or []
                 if f.get("severity") in SEVERITIES and SEVERITIES.index(f["severity"]) >= SHOWN_FROM]
-    return {"window": name, "step": window.get("step"), "reason": window.get("reason"),
+    return {"window": name, "step": window.get("step"), "seconds": window.get("seconds"),
+            "reason": window.get("reason"),
             "ranks": run.get("ranks_analyzed"), "steps": run.get("steps_analyzed"),
             "step_ns": totals.get("step_ns"), "exposed_comm_ns": totals.get("exposed_comm_ns"),
             "exposed_pct_of_step": totals.get("exposed_comm_pct_of_step"), "overlap_pct": totals.get("overlap_pct"),

@@ -113,10 +113,33 @@ def test_a_window_on_demand_opens_at_the_same_step_on_every_rank(tmp_path: Path)
     assert report["run"]["window"]["reason"] == "on_demand" and report["windows"]["count"] == 1
 
 
+def test_time_windows_every_t_seconds(tmp_path: Path) -> None:
+    """--every T with the time window: windows/time-<seconds>/, each with every rank's trace, and their trend."""
+    run, report_dir = tmp_path / "run", tmp_path / "report"
+    options = ("--start-after", "0.5", "--duration", "0.3", "--every", "1s", "--keep-windows", "3")
+    done = run_record(run, torchrun(2, TOY, "--steps", "100", "--sleep", "0.04"), *options, env=job_env(report_dir))
+    if crashed_after_training(done, report_dir, 2):
+        done = run_record(run, torchrun(2, TOY, "--steps", "100", "--sleep", "0.04"), *options, "--force",
+                          env=job_env(report_dir))
+    assert done.returncode == 0, done.stderr
+    windows = sorted(p.name for p in (run / "windows").iterdir())
+    assert 1 <= len(windows) <= 3 and all(w.startswith("time-") for w in windows)
+    for name in windows:  # each rank names a window by its own clock: at least the newest has both ranks
+        assert (run / "windows" / name / "raw" / "traces").is_dir()
+    assert sorted(p.name for p in (run / "windows" / windows[-1] / "raw" / "traces").iterdir()) == [
+        "rank-0.json.gz", "rank-1.json.gz"]
+    report = _analyze(run, tmp_path)
+    rows = report["windows"]["rows"]
+    assert rows and all(r["step"] is None and isinstance(r["seconds"], int) for r in rows)
+
+
 @pytest.mark.parametrize(("options", "said"), [
     (("--every", "4"), "--every 4 leaves no step between windows"),
     (("--keep-windows", "2"), "--keep-windows bounds the windows of --every/--on-demand"),
-    (("--every", "10", "--start-after", "1"), "do not combine with --start-after"),
+    (("--on-demand", "--start-after", "1"), "does not combine with --start-after"),
+    (("--every", "3s", "--start-after", "1", "--duration", "5"), "leaves no time between windows"),
+    (("--every", "10m"), "a duration such as 10m needs --start-after"),
+    (("--every", "soon", "--start-after", "1"), "give a duration such as 600s"),
 ])
 def test_window_options_that_do_not_fit(tmp_path: Path, options: tuple[str, ...], said: str) -> None:
     done = run_record(tmp_path / "run", torchrun(2, TOY, "--steps", "2"), *options)

@@ -22,9 +22,11 @@ import click
                    "the rank imported torch, at its next optimizer step or communication call.")
 @click.option("--duration", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
               help="Length of the time window.  [default: 5]")
-@click.option("--every", type=click.IntRange(1), default=None, metavar="N",
-              help="A window every N optimizer steps (at --wait, --wait + N, ...), each in windows/step-<S>/ of the "
-                   "run; `commprof analyze RUN` shows how they change. N must exceed --warmup + --active.")
+@click.option("--every", default=None, metavar="N|T",
+              help="A window every N optimizer steps (at --wait, --wait + N, ...; N must exceed --warmup + --active), "
+                   "each in windows/step-<S>/ of the run; or, with --start-after/--duration, a time window every T "
+                   "(600s, 10m, 2h; longer than --duration) in windows/time-<seconds>/. `commprof analyze RUN` shows "
+                   "how the windows change.")
 @click.option("--on-demand", is_flag=True,
               help="Open a window on every rank at the same step when `commprof trigger RUN` asks (from any "
                    "shell that sees the run folder); nothing is recorded until then unless --every is given too.")
@@ -42,7 +44,7 @@ import click
                    "rendezvous (--rdzv-endpoint, --rdzv-id) or --master-addr/--master-port.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(output: Path | None, force: bool, wait: int | None, warmup: int | None, active: int | None,
-           start_after: float | None, duration: float | None, every: int | None, on_demand: bool,
+           start_after: float | None, duration: float | None, every: str | None, on_demand: bool,
            keep_windows: int | None, nccl_coll: bool, fr_entries: int,
            no_topology: bool, no_analyze: bool, job_id: str | None, command: tuple[str, ...]) -> None:
     """Run COMMAND (torchrun, python -m torch.distributed.run, deepspeed, accelerate launch, or a
@@ -68,16 +70,20 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
     if start_after is not None and any(v is not None for v in (wait, warmup, active)):
         raise UsageError("--start-after/--duration (a time window) and --wait/--warmup/--active (steps) "
                          "exclude each other")
+    every_steps, every_s = _every(every, timed=start_after is not None)
     repeating = every is not None or on_demand
-    if repeating and start_after is not None:
-        raise UsageError("--every/--on-demand open windows at optimizer steps; they do not combine with "
+    if on_demand and start_after is not None:
+        raise UsageError("--on-demand opens windows at optimizer steps; it does not combine with "
                          "--start-after/--duration")
     if keep_windows is not None and not repeating:
         raise UsageError("--keep-windows bounds the windows of --every/--on-demand; give one of them")
     span = (1 if warmup is None else warmup) + (3 if active is None else active)
-    if every is not None and every <= span:
-        raise UsageError(f"--every {every} leaves no step between windows: a window takes --warmup + --active = "
+    if every_steps is not None and every_steps <= span:
+        raise UsageError(f"--every {every_steps} leaves no step between windows: a window takes --warmup + --active = "
                          f"{span} steps; give --every {span + 1} or more")
+    length = 5.0 if duration is None else duration
+    if every_s is not None and every_s <= length:
+        raise UsageError(f"--every {every} leaves no time between windows of --duration {length:g} s")
     window = WindowSettings(
         wait=1 if wait is None else wait,
         warmup=1 if warmup is None else warmup,
@@ -85,7 +91,7 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
         start_after_s=start_after,
         duration_s=(5.0 if duration is None else duration) if start_after is not None else None,
         flight_recorder=fr_entries > 0,
-        every=every, on_demand=on_demand, keep_windows=keep_windows,
+        every=every_steps, every_s=every_s, on_demand=on_demand, keep_windows=keep_windows,
     )
     settings = RecordSettings(output=output, force=force, window=window, nccl_coll=nccl_coll,
                               fr_buffer_size=fr_entries, topology=not no_topology, job_id=job_id)
@@ -108,6 +114,29 @@ def record(output: Path | None, force: bool, wait: int | None, warmup: int | Non
     elif not no_analyze and result.traces:
         _analyze(result.run_dir)
     sys.exit(result.exit_code)
+
+
+def _every(text: str | None, timed: bool) -> tuple[int | None, float | None]:
+    """``--every``: N optimizer steps, or (a time window) a duration: 600, 600s, 10m, 2h."""
+    from commprof.errors import UsageError
+
+    if text is None:
+        return None, None
+    value = text.strip().lower()
+    if not timed:
+        if not value.isdigit() or int(value) < 1:
+            raise UsageError(f"--every {text!r}: give a number of optimizer steps (a duration such as 10m needs "
+                             "--start-after, the time window)")
+        return int(value), None
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(value[-1:], None)
+    number = value[:-1] if scale is not None else value
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise UsageError(f"--every {text!r}: give a duration such as 600s, 10m or 2h")
+    return None, seconds
 
 
 def _part_of_a_job(run_dir: Path, job: object) -> str:

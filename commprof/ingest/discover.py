@@ -280,11 +280,11 @@ def discover(path: str | Path) -> Source:
 
 
 def window_runs(run_dir: Path) -> list[Path]:
-    """The windows of a run recorded with ``--every``/``--on-demand`` that hold a trace (``windows/step-<S>/``,
-    each a run directory), oldest first."""
+    """The windows of a run recorded with ``--every``/``--on-demand`` that hold a trace (``windows/step-<S>/``, or
+    ``windows/time-<T>/`` for time windows; each a run directory), oldest first."""
     folder = run_dir / WINDOWS_DIR
     try:
-        names = sorted(c.name for c in folder.iterdir() if c.name.startswith("step-") and c.is_dir())
+        names = sorted(c.name for c in folder.iterdir() if c.name.startswith(("step-", "time-")) and c.is_dir())
     except OSError:
         return []
     found = []

@@ -31,6 +31,7 @@ class RecordSettings:
                 "start_after_s": w.start_after_s,
                 "duration_s": w.duration_s,
                 "every": w.every,
+                "every_s": w.every_s,
                 "on_demand": w.on_demand,
                 "keep_windows": w.keep_windows,
             },

@@ -134,7 +134,7 @@ def _window(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
     window = (manifest or {}).get("window")
     if not isinstance(window, dict):
         return None
-    return {k: window.get(k) for k in ("name", "step", "reason", "trigger")}
+    return {k: window.get(k) for k in ("name", "step", "seconds", "reason", "trigger")}
 
 
 def _sources(analysis: Analysis) -> dict[str, list[int]]:

@@ -289,7 +289,8 @@ def window_rows(report: dict[str, Any]) -> list[list[str]]:
     for w in windows.get("rows") or []:
         found = [f"{f['severity']} {f['id']}" for f in w["findings"]]
         found += [f"+{k}" for k in w["new_findings"]] + [f"-{k}" for k in w["gone_findings"]]
-        out.append([w["window"], str(w["step"] if w["step"] is not None else "-"), w["reason"] or "-",
+        at = w["step"] if w["step"] is not None else (f"{w['seconds']} s" if w.get("seconds") is not None else "-")
+        out.append([w["window"], str(at), w["reason"] or "-",
                     str(w["ranks"] if w["ranks"] is not None else "-"), str(w["steps"] if w["steps"] is not None
                                                                             else "-"),
                     fmt_ms(w["step_ns"]), _signed_pct(w["step_change_pct"]), fmt_ms(w["exposed_comm_ns"]),

@@ -34,14 +34,15 @@ class WindowSettings:
     start_after_s: float | None = None
     duration_s: float | None = None
     flight_recorder: bool = True
-    every: int | None = None  # a window every N optimizer steps (wait, wait + N, ...): record --every
+    every: int | None = None  # a window every N optimizer steps (wait, wait + N, ...): record --every N
+    every_s: float | None = None  # time windows: one every T seconds (start_after, start_after + T, ...)
     on_demand: bool = False  # windows asked for by `commprof trigger` (rank/windows.py)
     keep_windows: int | None = None  # the newest K windows kept, older ones' files removed
 
     @property
     def repeating(self) -> bool:
         """Windows in folders of their own (windows/step-<S>/), more than one."""
-        return self.every is not None or self.on_demand
+        return self.every is not None or self.every_s is not None or self.on_demand
 
     @property
     def mode(self) -> str:

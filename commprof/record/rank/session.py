@@ -77,6 +77,7 @@ class RankSession:
         self._request: win.Request | None = None
         self._window_warmup, self._window_active = self.window.warmup, self.window.active
         self._writers: list[TraceWriter] = []
+        self._time_windows = 0  # time windows opened (--every T with --start-after)
         if self.window.repeating:
             self.sidecar.data["windows"] = []
 
@@ -170,10 +171,17 @@ class RankSession:
             self._fail(err)
 
     def _tick(self) -> None:
-        """Time mode: open or close the window when its moment has passed."""
+        """Time mode: open or close the window when its moment has passed (with --every T: the next one's)."""
         now = time.monotonic()
         start_after = self.window.start_after_s or 0.0
-        if self.state == WAITING and now - self._started >= start_after:
+        if self.state == WAITING and self.window.every_s is not None:
+            due = start_after + self._time_windows * self.window.every_s
+            if now - self._started >= due:
+                passed = int((now - self._started - start_after) // self.window.every_s)  # late ticks skip ahead
+                self._time_windows = passed + 1
+                self._open_window(win.Request(int(start_after + passed * self.window.every_s), "every",
+                                              unit="time"))
+        elif self.state == WAITING and now - self._started >= start_after:
             self._open_window()
         elif self.state == ACTIVE and now - self._window_opened >= (self.window.duration_s or 0.0):
             stall_started = time.perf_counter()
@@ -322,7 +330,7 @@ class RankSession:
 
     def _enter_window(self, request: win.Request) -> None:
         """Make the window's folder this rank's place: its sidecar, trace and Flight Recorder dump go there."""
-        folder = os.path.join(self.paths.run_dir, win.WINDOWS_DIR, win.window_name(request.step))
+        folder = os.path.join(self.paths.run_dir, win.WINDOWS_DIR, request.name)
         paths = RankPaths(folder, self.identity.rank)
         paths.make_dirs()
         sidecar = Sidecar(self.config, self.identity, paths)
@@ -332,10 +340,11 @@ class RankSession:
         self._window_warmup = self.window.warmup if request.warmup is None else request.warmup
         self._window_active = self.window.active if request.active is None else request.active
         window = sidecar.window
-        window.update({"warmup": self._window_warmup, "active": self._window_active, "name": win.window_name(
-            request.step), "reason": request.reason, "asked_step": request.step, "trigger": request.id or None,
-            "optimizer_steps": self.steps})
-        if self.steps > request.step:
+        window.update({"name": request.name, "reason": request.reason, "trigger": request.id or None,
+                       "optimizer_steps": self.steps})
+        if request.unit == "step":
+            window.update({"warmup": self._window_warmup, "active": self._window_active, "asked_step": request.step})
+        if request.unit == "step" and self.steps > request.step:
             window["opened_late"] = f"asked for step {request.step}, seen at step {self.steps}"
         win.window_manifest(self.paths.run_dir, folder, request, self._window_active, self._window_warmup)
         self._run_files = (self.sidecar, self.paths, self.trace)
@@ -348,7 +357,8 @@ class RankSession:
         self.state = WAITING
         if self.annotator is not None:
             self.annotator.annotating = False
-            self.annotator.uninstall()
+            if self.window.mode != "time":  # time windows: communication calls are the clock of scripts without
+                self.annotator.uninstall()  # an optimizer, as before the first window
 
     def _leave_window(self, status: str) -> None:
         """Back to the run's own files; the window is summed up in the run sidecar's ``windows``."""
@@ -389,7 +399,8 @@ class RankSession:
         sidecar.write()
 
     def _summary(self, request: win.Request, status: str, window: dict[str, Any]) -> dict[str, Any]:
-        out = {"name": win.window_name(request.step), "step": request.step, "reason": request.reason,
+        out = {"name": request.name, request.unit if request.unit == "step" else "seconds": request.step,
+               "reason": request.reason,
                "trigger": request.id or None, "status": status, "seen_at_optimizer_step": self.steps}
         for key in ("opened_at_optimizer_step", "first_profiler_step", "last_profiler_step", "recording_started_at",
                     "recording_ended_at", "opened_late"):

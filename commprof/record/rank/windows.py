@@ -36,27 +36,31 @@ POLL_EVERY_S = 0.5
 PROGRESS_EVERY_S = 2.0
 
 
-def window_name(step: int) -> str:
-    return f"step-{step:08d}"
+def window_name(step: int, unit: str = "step") -> str:
+    """``step-00000040`` (opened at optimizer step 40), ``time-00000600`` (a time window, 600 s after the start)."""
+    return f"{unit}-{step:08d}"
 
 
 def window_step(name: str) -> int | None:
-    """``step-00000040`` -> 40; None for anything else."""
-    if not name.startswith("step-"):
-        return None
-    digits = name[5:]
-    return int(digits) if digits.isdigit() else None
+    """``step-00000040`` -> 40, ``time-00000600`` -> 600; None for anything else."""
+    unit, _, digits = name.partition("-")
+    return int(digits) if unit in ("step", "time") and digits.isdigit() else None
 
 
 @dataclass(frozen=True)
 class Request:
     """A window asked for: open at optimizer step ``step`` and record ``active`` steps (None: the run's)."""
 
-    step: int
+    step: int  # the optimizer step it opens at; a time window: its second after the rank's start
     reason: str  # "every" | "on_demand"
     active: int | None = None
     warmup: int | None = None
     id: str = ""
+    unit: str = "step"  # "step" | "time"
+
+    @property
+    def name(self) -> str:
+        return window_name(self.step, self.unit)
 
 
 def every_request(steps: int, wait: int, every: int) -> Request | None:
@@ -168,7 +172,8 @@ def window_manifest(run_dir: str, folder: str, request: Request, active: int, wa
     manifest.pop("ranks", None)  # the run's rank table: the window's ranks are its sidecars
     # the job's status is the run's to say (its manifest.json); a window, once its ranks wrote it, is whole
     manifest["status"], manifest["end"], manifest["exit_code"], manifest["exit_signal"] = "window", None, None, None
-    manifest["window"] = {"name": os.path.basename(folder), "step": request.step, "reason": request.reason,
+    manifest["window"] = {"name": os.path.basename(folder), "reason": request.reason,
+                          **({"step": request.step} if request.unit == "step" else {"seconds": request.step}),
                           "trigger": request.id or None, "warmup": warmup, "active": active,
                           "run": os.path.relpath(run_dir, folder).replace(os.sep, "/")}
     with contextlib.suppress(OSError):

@@ -93,6 +93,9 @@ def test_a_window_on_demand_opens_at_the_same_step_on_every_rank(tmp_path: Path)
         step = int(asked.stdout.split("optimizer step ")[1].split(" ")[0])
         far = subprocess.run([*trigger, "--at-step", "1000000"], capture_output=True, text=True, timeout=60)
         assert far.returncode == 0, far.stderr
+        # one step into the window asked above (warm-up 1 + 3 recorded steps): declined, said, not queued
+        inside = subprocess.run([*trigger, "--at-step", str(step + 1)], capture_output=True, text=True, timeout=60)
+        assert inside.returncode == 0, inside.stderr
         out, err = job.communicate(timeout=120)
     finally:
         if job.poll() is None:
@@ -106,6 +109,9 @@ def test_a_window_on_demand_opens_at_the_same_step_on_every_rank(tmp_path: Path)
         assert window["active"] == 3 and window["last_profiler_step"] - window["first_profiler_step"] == 2
     manifest = json.loads((run / "manifest.json").read_text())
     assert any("window step-01000000" in n and "not reached on ranks 0-1" in n for n in manifest["notes"])
+    declined = f"window step-{step + 1:08d} (a window was recording at that step): declined on ranks 0-1"
+    assert declined in manifest["notes"], manifest["notes"]
+    assert not (run / "windows" / f"step-{step + 1:08d}").exists()
     ended = subprocess.run([sys.executable, "-m", "commprof", "trigger", str(run)], capture_output=True, text=True,
                            timeout=60)
     assert ended.returncode == 2 and "the job has ended" in ended.stderr

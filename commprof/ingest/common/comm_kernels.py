@@ -60,6 +60,8 @@ class CommKernel:
         parallelism (tp). "" where the kernel is general-purpose (symmetric memory, MSCCL++, NVSHMEM)."""
         if self.declared_dimension:
             return self.declared_dimension
+        if self.library in GENERAL_LIBRARIES:
+            return ""
         if self.op == "all_to_all" or self.library == "DeepEP":
             return "ep"
         return "tp" if self.library in TP_LIBRARIES else ""
@@ -97,6 +99,24 @@ FAMILIES: tuple[Family, ...] = (
        "void deep_ep::ep::combine_impl<8>(void*)"),
     _f("DeepEP", _B + r"(?:deep_ep|dpsk::ep)::intranode::barrier$", "barrier", "intranode (NVLink)",
        "void deep_ep::intranode::barrier<8>(int**, int)"),
+    # DeepEP's API in other libraries: NVIDIA's NCCL EP (nccl_ep::, and its JIT high-throughput kernels), UCCL's port
+    _f("NCCL EP", _B + r"nccl_ep::internode_ll::" + _EP_WORDS + "$", "all_to_all", "internode, low latency (RDMA)",
+       "void nccl_ep::internode_ll::dispatch<(bool)0, (bool)1, (int)4096, (ncclEpLayout_t)0, (bool)0>(void*, int)"),
+    _f("NCCL EP", _B + r"nccl_ep::internode::" + _EP_WORDS + "$", "all_to_all", "internode (RDMA, NVLink forwarding)",
+       "void nccl_ep::internode::combine<(bool)1, (int)8>(int4*, float*)"),
+    _f("NCCL EP", _B + r"nccl_ep::intranode::" + _EP_WORDS + "$", "all_to_all", "intranode (NVLink)",
+       "void nccl_ep::intranode::dispatch<(int)8, (int)512>(int4*, float*)"),
+    _f("NCCL EP", r"^nccl_ep_jit_ht_(?:dispatch|combine)\w*$", "all_to_all", "internode (RDMA, NVLink forwarding)",
+       "nccl_ep_jit_ht_combine_kernel_4096_bf16"),
+    _f("UCCL EP", _B + r"uccl::internode_ll::" + _EP_WORDS + "$", "all_to_all", "internode, low latency (RDMA)",
+       "void uccl::internode_ll::combine<false, 4096, 9, 4>(void*, int)"),
+    _f("UCCL EP", _B + r"uccl::internode::" + _EP_WORDS + "$", "all_to_all", "internode (RDMA, NVLink forwarding)",
+       "void uccl::internode::dispatch<false, 8, true>(int4*, float*)"),
+    _f("UCCL EP", _B + r"uccl::intranode::" + _EP_WORDS + "$", "all_to_all", "intranode (NVLink)",
+       "void uccl::intranode::combine<__nv_bfloat16, 8>(int4*, float*)"),
+    # DLSlime's all-to-all (vLLM uses it for context parallelism, not only experts: the name does not say which)
+    _f("DLSlime", _B + r"dlslime::\w*all_?to_?all\w*$", "all_to_all", "intranode (NVLink)",
+       "void dlslime::intranode_alltoall_kernel<__nv_bfloat16>(void**, int, int)"),
     _f("torch symmetric memory", _B + r"multimem_(?:one_shot_)?(?:all_reduce|all_gather|reduce_scatter|reduce)\w*$",
        "name", "NVLink SHARP (multicast)",
        "void (anonymous namespace)::multimem_all_reduce_kernel<__nv_bfloat16, 16, 8>(__nv_bfloat16*, unsigned long)"),
@@ -145,6 +165,8 @@ FAMILIES: tuple[Family, ...] = (
        "void mori::moe::EpDispatchIntraNodeKernel<__hip_bfloat16>(mori::moe::EpDispatchCombineArgs<__hip_bfloat16>)"),
 )
 
+# all-to-all kernels that serve more than experts (context parallelism, data movement): no dimension from the name
+GENERAL_LIBRARIES = frozenset({"DLSlime"})
 TP_LIBRARIES = frozenset({"vLLM/SGLang custom all-reduce", "vLLM quick all-reduce", "TensorRT-LLM",
                           "FlashInfer (TensorRT-LLM all-reduce)", "Transformer Engine userbuffers"})
 # Kernels inside those libraries' namespaces that do local work (and names of the old rule below that are)

@@ -92,8 +92,10 @@ def _kernel_op(name: str, declared: tuple[comm_kernels.Declared, ...]) -> str:
         if known is not None and known.is_declared:
             return known.op
     if name.startswith(COMM_KERNEL_PREFIXES):
-        return normalize_op(name)
-    known = comm_kernels.describe(name, declared)
+        op = normalize_op(name)
+        if op != "unknown":
+            return op
+    known = comm_kernels.describe(name, declared)  # NCCL EP's JIT kernels start with "nccl" too
     if known is not None and known.op:
         return known.op
     base = _function_name(name)

@@ -53,11 +53,16 @@ def _value(rule: RuleResult, value: float | None) -> str:
     return f"{value:.3g}"
 
 
-def _headline(doc: dict[str, Any]) -> str:
+def headline(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     verdict = "passed" if doc["passed"] else "FAILED"
     return (f"commprof check {verdict}: {s['failed']} failed, {s['passed']} passed, {s['skipped']} skipped "
             f"of {s['rules']} rules — {doc['report']['run']['path']}")
+
+
+def value_text(doc_rule: dict[str, Any], value: float | None) -> str:
+    """A rule's measured or allowed value in its unit, as the text and Markdown views write it."""
+    return _value(_rule(doc_rule), value)
 
 
 def _rule(doc_rule: dict[str, Any]) -> RuleResult:
@@ -66,7 +71,7 @@ def _rule(doc_rule: dict[str, Any]) -> RuleResult:
 
 
 def render_text(doc: dict[str, Any]) -> str:
-    lines = [_headline(doc)]
+    lines = [headline(doc)]
     if not doc["rules"]:
         lines.append("no rules configured: give thresholds as flags, --rule NAME=VALUE or a commprof.toml")
     for r in doc["rules"]:
@@ -90,7 +95,7 @@ def _cell(text: str) -> str:
 def render_markdown(doc: dict[str, Any]) -> str:
     """Fits ``$GITHUB_STEP_SUMMARY``: a verdict line, one table row per rule, the failures in full."""
     icon = "✅" if doc["passed"] else "❌"
-    out = [f"## {icon} {_headline(doc)}", ""]
+    out = [f"## {icon} {headline(doc)}", ""]
     if doc["rules"]:
         out += ["| result | rule | measured | allowed | detail |", "|---|---|---|---|---|"]
         for r in doc["rules"]:

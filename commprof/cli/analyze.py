@@ -132,7 +132,8 @@ def analyze(paths: tuple[str, ...], hta_compat: bool, top: int, workers: int | N
         "switches": _file_stamp(switches_path),
         "peaks": peaks, "what_if": list(what_if), "ranks": ranks, "allow_partial": allow_partial,
         "step_range": step_range, "comm_kernels": [repr(d) for d in request.declared]})
-    known = report_cache.quick_load(quick)
+    # html draws pictures from the run's analysis: it is analyzed, never answered from a kept report
+    known = report_cache.quick_load(quick) if fmt != "html" else None
     if known is not None:
         from commprof.report import analysis_text
 
@@ -160,10 +161,35 @@ def analyze(paths: tuple[str, ...], hta_compat: bool, top: int, workers: int | N
         return
     with work_session(workers, scheduler) as (runner, progress):
         run = open_request(request, runner=runner, progress=progress)
+        if fmt == "html":
+            analysis, report = _analyzed(run, settings, {"ranks": request.ranks, "allow_partial": allow_partial,
+                                                          "step_range": step_range}, runner, progress)
+            write_output(_html(report, analysis), output)
+            return
         # unchanged inputs, options and code: the report of the last such run (commprof/report/report_cache.py)
         report = analyzed_report(run, settings, {"ranks": request.ranks, "allow_partial": allow_partial,
                                                  "step_range": step_range}, quick, runner, progress)
     _write(report, fmt, output, render=analysis_text.render_text, markdown=analysis_text.render_markdown)
+
+
+def _analyzed(run: Any, settings: Any, cache_options: dict[str, Any], runner: Any, progress: Any
+              ) -> tuple[Any, dict[str, Any]]:
+    """The run's analysis and its report (the same dict --format json writes, windows' trend included)."""
+    import commprof
+    from commprof.cli.opening import window_trend
+    from commprof.report import analysis_json
+
+    analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
+    report = analysis_json.build(analysis)
+    if run.source.windows:
+        report["windows"] = window_trend(run, report, settings, cache_options, runner, progress)
+    return analysis, report
+
+
+def _html(report: dict[str, Any], analysis: Any = None) -> str:
+    from commprof.report import html_report
+
+    return html_report.render_analysis(report, html_report.pictures_for(report, analysis))
 
 
 def read_switches(path: str | None) -> tuple[tuple[str, str], ...]:
@@ -190,6 +216,8 @@ def _write(report: dict[str, Any], fmt: str, output: Path | None, render: Callab
            markdown: Callable[[dict[str, Any]], str] | None = None) -> None:
     if fmt == "json":
         write_output(json.dumps(report, indent=2), output)
+    elif fmt == "html":
+        write_output(_html(report), output)
     elif fmt == "markdown":
         if markdown is None:
             buffer = io.StringIO()

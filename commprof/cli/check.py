@@ -14,7 +14,7 @@ from commprof.cli.comm_kernel_option import comm_kernel_option, with_configured
 from commprof.cli.common import allow_partial_option, runner_options, step_range_option, write_output
 from commprof.cli.opening import RunRequest, open_request, paths_argument
 
-FORMATS = ("text", "json", "markdown", "junit")
+FORMATS = ("text", "json", "markdown", "junit", "html")
 
 
 class Limit(click.ParamType[float, Any]):
@@ -53,9 +53,13 @@ def _percent(value: str | None) -> float | None:
     return number
 
 
-def _render(fmt: str, doc: dict[str, Any]) -> str:
+def _render(fmt: str, doc: dict[str, Any], analysis: Any = None, html_path: Path | None = None) -> str:
     from commprof.check import render
 
+    if fmt == "html":
+        from commprof.report import html_report
+
+        return html_report.render_check(doc, html_report.pictures_for(doc["report"], analysis))
     if fmt == "json":
         return json.dumps(doc, indent=2)
     if fmt == "markdown":
@@ -63,7 +67,7 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
     if fmt == "junit":
         from commprof.report import junit
 
-        return junit.render(doc)
+        return junit.render(doc, html_report=str(html_path) if html_path is not None else None)
     return render.render_text(doc)
 
 
@@ -91,6 +95,8 @@ def _render(fmt: str, doc: dict[str, Any]) -> str:
               help="Also write JUnit XML here.")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write Markdown here (e.g. for $GITHUB_STEP_SUMMARY).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the HTML report here (one file that opens offline; --junit links to it).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report here (usable later as --baseline).")
 @runner_options
@@ -101,8 +107,9 @@ def check(paths: tuple[str, ...], config_path: Path | None, max_exposed_comm_pct
           max_exposed_ms_per_step: float | None, max_straggler_wait_ms: float | None,
           fail_on_findings: str | None, rules: tuple[str, ...], baseline: str | None, max_regression: str | None,
           noise_floor_ms: float | None, fmt: str, output: Path | None, junit_path: Path | None,
-          markdown_path: Path | None, json_path: Path | None, workers: int | None, scheduler: str | None,
-          ranks: str | None, allow_partial: bool, step_range: str | None, comm_kernels: tuple[Any, ...]) -> None:
+          markdown_path: Path | None, html_path: Path | None, json_path: Path | None, workers: int | None,
+          scheduler: str | None, ranks: str | None, allow_partial: bool, step_range: str | None,
+          comm_kernels: tuple[Any, ...]) -> None:
     """Check a run (or an analyze/check JSON report) against thresholds and a baseline. A job recorded into
     one folder per node: give the node folders (or their parent); they are one run."""
     from commprof.check import evaluate, inputs, load_config
@@ -125,8 +132,8 @@ def check(paths: tuple[str, ...], config_path: Path | None, max_exposed_comm_pct
 
     untraced = report_without_traces(paths[0]) if len(paths) == 1 else None
     if untraced is not None:  # no trace: NCCL Inspector logs give the bandwidth rules
-        _report(_untraced_result(config, untraced), config, untraced, None, fmt, output, junit_path,
-                markdown_path, json_path)
+        _report(_untraced_result(config, untraced), config, untraced, None, fmt, output,
+                {"junit": junit_path, "markdown": markdown_path, "html": html_path, "json": json_path})
     subset = parse_ranks(ranks)
     settings = AnalysisSettings(peaks=config.peak_overrides())
     with work_session(workers, scheduler) as (runner, progress):
@@ -140,20 +147,22 @@ def check(paths: tuple[str, ...], config_path: Path | None, max_exposed_comm_pct
         loaded = inputs.load(paths[0] if len(paths) == 1 else paths, opener, settings=settings, runner=runner,
                              progress=progress)
     result = evaluate(config, loaded.report, base.report if base else None)
-    _report(result, config, loaded.report, base.path if base else None, fmt, output, junit_path, markdown_path,
-            json_path)
+    _report(result, config, loaded.report, base.path if base else None, fmt, output,
+            {"junit": junit_path, "markdown": markdown_path, "html": html_path, "json": json_path}, loaded.analysis)
 
 
 def _report(result: Any, config: Any, report: dict[str, Any], baseline: str | None, fmt: str, output: Path | None,
-            junit_path: Path | None, markdown_path: Path | None, json_path: Path | None) -> None:
-    """Write the check in every format asked for and exit with its code."""
+            extra: dict[str, Path | None], analysis: Any = None) -> None:
+    """Write the check in every format asked for (``extra``: format -> path) and exit with its code. The JUnit
+    XML names the HTML report (written with --html, or as the main output with --format html -o FILE)."""
     from commprof.check import render
 
     doc = render.build(result, config, report, baseline)
-    write_output(_render(fmt, doc), output)
-    for extra_fmt, extra_path in (("junit", junit_path), ("markdown", markdown_path), ("json", json_path)):
+    html_path = extra.get("html") or (output if fmt == "html" else None)
+    write_output(_render(fmt, doc, analysis, html_path), output)
+    for extra_fmt, extra_path in extra.items():
         if extra_path is not None:
-            write_output(_render(extra_fmt, doc), extra_path)
+            write_output(_render(extra_fmt, doc, analysis, html_path), extra_path)
     sys.exit(result.exit_code)
 
 

@@ -10,14 +10,15 @@ from typing import Any
 
 import click
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "html")
 
 
 def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
                      help="Write the report to this file instead of standard output.")(f)
     f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
-                     help="Report format.")(f)
+                     help="Report format. html: one file that opens offline in any browser (findings, pictures "
+                          "and the text report's tables; give -o FILE).")(f)
     return f
 
 

@@ -54,6 +54,12 @@ def diff(runs: tuple[str, ...], workers: int | None, scheduler: str | None, rank
     doc = diff_report.build(left.report, right.report, left.path, right.path)
     if fmt == "json":
         write_output(json.dumps(doc, indent=2), output)
+    elif fmt == "html":  # the two runs side by side: their pictures from their reports (the numbers of the JSON)
+        from commprof.figures.pictures import compare_picture
+        from commprof.report import html_report
+
+        picture = compare_picture(left.report, right.report, "A", "B")
+        write_output(html_report.render_diff(doc, left.report, right.report, [picture]), output)
     elif fmt == "markdown":
         write_output(diff_report.render_markdown(doc), output)
     else:

@@ -64,7 +64,7 @@ def window_trend_figure(rows: list[dict[str, object]]) -> go.Figure:
     timed = all(r.get("step") is None and r.get("seconds") is not None for r in shown)
     x = [r.get("seconds") if timed else r.get("step") for r in shown]
     names = [str(r.get("window")) for r in shown]
-    found = ["<br>".join(f"{f['severity']} {f['title']}" for f in r.get("findings") or []) or "no finding"  # type: ignore[attr-defined, index]
+    found = ["<br>".join(f"{f['severity']} {f['title']}" for f in r.get("findings") or []) or "no finding"  # type: ignore[attr-defined]
              for r in shown]
     fig = go.Figure()
     for label, key, colour in (("step time", "step_ns", "#37474f"), ("exposed comm", "exposed_comm_ns", "#111111")):
@@ -121,6 +121,34 @@ def exposed_by_figure(frame: pl.DataFrame, by: str) -> go.Figure:
                 else "start the dashboard with --network ib|roce|ethernet")
         _note(fig, f"every {by} is unknown: {hint}")
     return fig
+
+
+def dimension_tier_figure(frame: pl.DataFrame) -> go.Figure:
+    """Per dimension (x), one bar per tier it runs on: exposed transfer, exposed waiting for late ranks (hatched)
+    and overlapped comm (faint) stacked, in ms per rank-step; the bars take their tier's colour."""
+    title = "Comm per dimension and tier (ms per rank-step): exposed transfer, waiting (hatched), overlapped (faint)"
+    if frame.height == 0:
+        return _empty(title, "no communication")
+    fig = go.Figure()
+    for (tier,), part in sorted(frame.partition_by("tier", as_dict=True).items(), key=lambda kv: str(kv[0])):
+        names = [str(d) for d in part["dimension"].to_list()]
+        ms = {c: (part[c].cast(pl.Float64).fill_null(0.0) / 1e6).to_list() for c in
+              ("exposed_transfer_ns_per_step", "exposed_wait_ns_per_step", "overlapped_ns_per_step")}
+        colour = style.tier_colour(str(tier))
+        below = [0.0] * len(names)
+        for column, label, marker in (
+                ("exposed_transfer_ns_per_step", "exposed transfer", {"color": colour}),
+                ("exposed_wait_ns_per_step", "exposed waiting", {"color": colour,
+                                                                 "pattern": {"shape": "x", "fgcolor": "#ffffff"}}),
+                ("overlapped_ns_per_step", "overlapped", {"color": colour, "opacity": 0.35})):
+            fig.add_trace(go.Bar(
+                name=f"{tier} · {label}", x=names, y=ms[column], base=below, offsetgroup=str(tier), marker=marker,
+                legendgroup=str(tier), hovertemplate=f"%{{x}} on {tier}<br>%{{y:.3f}} ms per step {label}"
+                                                     "<extra></extra>"))
+            below = [b + v for b, v in zip(below, ms[column], strict=True)]
+    fig.update_layout(barmode="group", yaxis_title="ms per rank-step", xaxis={"title": "dimension", "type": "category"},
+                      legend={"orientation": "h", "y": -0.25, "x": 0}, height=400)
+    return _base(fig, title, margin={"t": 60, "l": 70, "r": 20, "b": 110})
 
 
 def _category_style(category: str) -> tuple[str, str, float]:
@@ -290,7 +318,8 @@ def skew_group_figure(cells: pl.DataFrame, by: str, straggler: int | None) -> go
     return fig
 
 
-def skew_calls_figure(waits: pl.DataFrame, straggler: int | None, title_suffix: str = "") -> go.Figure:
+def skew_calls_figure(waits: pl.DataFrame, straggler: int | None, title_suffix: str = "",
+                      max_columns: int = MAX_SKEW_COLUMNS) -> go.Figure:
     """Rank × matched call (in time order) of each rank's wait (ms) for the last rank to arrive; the rank
     the others waited for most is boxed. Hover names the call's group, dimension, op and step."""
     title = "Wait per rank and matched call (ms blocked on the last rank to arrive)" + title_suffix
@@ -299,9 +328,9 @@ def skew_calls_figure(waits: pl.DataFrame, straggler: int | None, title_suffix: 
     cols = waits.group_by("key").agg(pl.col("first_ns").first(), pl.col("wait_ns").max().alias("_max"),
                                      pl.col("label").first(), pl.col("step").first())
     # ties (calls of several DP groups that start together) broken by key: group_by's order is random
-    if cols.height > MAX_SKEW_COLUMNS:
-        cols = cols.sort("_max", "key", descending=[True, False]).head(MAX_SKEW_COLUMNS)
-        title += f" — the {MAX_SKEW_COLUMNS} most skewed calls"
+    if cols.height > max_columns:
+        cols = cols.sort("_max", "key", descending=[True, False]).head(max_columns)
+        title += f" — the {max_columns} most skewed calls"
     cols = cols.sort("first_ns", "key")
     ranks = sorted(waits["rank"].unique().to_list())
     col_index = {k: i for i, k in enumerate(cols["key"].to_list())}

@@ -151,10 +151,10 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
                 f"{r['dimension']} ({r['tier']}) {style.fmt_bytes(r['bytes_per_step'])}/step inside")
     written = len(boxes) <= 8  # beyond, a host's own traffic is in its box's hover (no room to write it)
     for host, x0, y0, x1, y1 in boxes:  # boxes over the links, ranks over the boxes
-        own = "<br>".join(inside.get(host, [])) or "no traffic inside"
+        own_text = "<br>".join(inside.get(host, [])) or "no traffic inside"
         fig.add_trace(go.Scatter(x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], mode="lines", fill="toself",
                                  fillcolor="rgba(245,247,248,0.92)", line={"color": "#78909c", "width": 1},
-                                 showlegend=False, hoveron="fills", text=f"{host}<br>{own}",
+                                 showlegend=False, hoveron="fills", text=f"{host}<br>{own_text}",
                                  hovertemplate="%{text}<extra></extra>"))
         if rank_level:
             fig.add_annotation(x=x0, y=y1, text=f"<b>{host}</b>", showarrow=False, xanchor="left",

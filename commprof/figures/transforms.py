@@ -92,8 +92,8 @@ def timeline_base(intervals: pl.DataFrame, collectives: pl.DataFrame, steps: pl.
         for (rank,), frame in exposed_spans.sort("rank", "start_ns").partition_by("rank", as_dict=True).items()
     }
     step_windows = steps.group_by("step").agg(pl.col("start_ns").min(), pl.col("end_ns").max()).sort("step")
-    origin = int(intervals["start_ns"].min() or 0) if intervals.height else 0
-    end = int(intervals["end_ns"].max() or 0) if intervals.height else 1
+    origin = int(intervals["start_ns"].min() or 0) if intervals.height else 0  # type: ignore[arg-type]
+    end = int(intervals["end_ns"].max() or 0) if intervals.height else 1  # type: ignore[arg-type]
     if steps.height:
         origin = min(origin, int(steps["start_ns"].min()))  # type: ignore[arg-type]
         end = max(end, int(steps["end_ns"].max()))  # type: ignore[arg-type]
@@ -244,7 +244,7 @@ def skew_by_group(waits: pl.DataFrame, hosts: dict[int, str], group_names: dict[
 # ---------------------------------------------------------------- topology
 def group_links(process_groups: pl.DataFrame) -> pl.DataFrame:
     """Rank pairs linked by a process group: a, b, pg, size, dimension, tier (see the module doc)."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for g in process_groups.iter_rows(named=True):
         members = sorted(set(g["ranks"] or []))
         if len(members) < 2:

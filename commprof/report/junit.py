@@ -14,8 +14,10 @@ def _fmt(value: Any, unit: str) -> str:
     return f"{value:.3f} {unit}".strip() if unit != "%" else f"{value:.1f}%"
 
 
-def render(doc: dict[str, Any], suite_name: str = "commprof check") -> str:
-    """``doc``: the check JSON document (commprof.check.render.build)."""
+def render(doc: dict[str, Any], suite_name: str = "commprof check", html_report: str | None = None) -> str:
+    """``doc``: the check JSON document (commprof.check.render.build). ``html_report``: the HTML report's path,
+    named as a suite property and in every case's output as an attachment (``[[ATTACHMENT|path]]``, which GitLab's
+    test report and Jenkins' JUnit attachments plugin link)."""
     rules = doc["rules"]
     counts = doc["summary"]
     suites = ET.Element("testsuites", {
@@ -30,7 +32,7 @@ def render(doc: dict[str, Any], suite_name: str = "commprof check") -> str:
     props = ET.SubElement(suite, "properties")
     run = doc["report"]["run"]
     for name, value in [("run", run.get("path")), ("config", doc["config"].get("source")),
-                        ("baseline", doc.get("baseline"))]:
+                        ("baseline", doc.get("baseline")), ("html_report", html_report)]:
         if value is not None:
             ET.SubElement(props, "property", {"name": name, "value": str(value)})
     for r in rules:
@@ -47,8 +49,14 @@ def render(doc: dict[str, Any], suite_name: str = "commprof check") -> str:
         else:
             out = ET.SubElement(case, "system-out")
             out.text = f"{r['description']}: {summary}. {r['detail']}"
+        if html_report is not None:  # every case links it: a failure's reader opens the pictures from there
+            found = case.find("system-out")
+            out = found if found is not None else ET.SubElement(case, "system-out")
+            link = f"HTML report: {html_report} [[ATTACHMENT|{html_report}]]"
+            out.text = f"{out.text}\n{link}" if out.text else link
     if not len(props):
         suite.remove(props)
+
     ET.indent(suites)
     xml: str = ET.tostring(suites, encoding="unicode", xml_declaration=False)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + xml + "\n"

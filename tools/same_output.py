@@ -108,6 +108,13 @@ def cache_tables(cache: Path) -> dict[str, Any]:
 def added_keys(old: Any, new: Any, where: str = "") -> tuple[Any, list[str]]:
     """``new`` without the dict keys ``old`` does not have (a field the new version adds is not a changed
     result; it is listed instead), and their dotted names."""
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):  # rows of a table: row by row
+        rows, added = [], []
+        for a, b in zip(old, new, strict=True):
+            row, more = added_keys(a, b, f"{where}[].")
+            rows.append(row)
+            added += [m for m in more if m not in added]
+        return rows, added
     if not isinstance(old, dict) or not isinstance(new, dict):
         return new, []
     kept, added = {}, []

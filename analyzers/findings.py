@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import polars as pl
+
 from commprof.vocab import SEVERITIES
 
 # Every kind of finding, in the order docs/findings.md describes them. ``id`` is stable: check rules,
@@ -57,3 +59,20 @@ class Finding:
 def rank_findings(found: Iterable[Finding]) -> tuple[Finding, ...]:
     """Highest severity first, then the largest saving, then the key (a stable order for equal ones)."""
     return tuple(sorted(found, key=lambda f: (-SEVERITIES.index(f.severity), -f.saving_ns_per_step, f.key)))
+
+
+FINDINGS_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "id": pl.String, "key": pl.String, "severity": pl.String, "title": pl.String, "saving_ns_per_step": pl.Int64,
+    "saving_model": pl.String, "action": pl.String, "detail": pl.String, "ranks": pl.List(pl.Int64),
+    "pgs": pl.List(pl.String), "dimension": pl.String, "tier": pl.String, "steps": pl.List(pl.Int64),
+}
+
+
+def findings_frame(found: Iterable[Finding]) -> pl.DataFrame:
+    """Findings as one row each, in their order (the columns of FINDINGS_SCHEMA; docs/notebook.md)."""
+    rows = [{"id": f.id, "key": f.key, "severity": f.severity, "title": f.title,
+             "saving_ns_per_step": int(f.saving_ns_per_step), "saving_model": f.saving_model, "action": f.action,
+             "detail": f.detail, "ranks": [int(r) for r in f.ranks], "pgs": [str(p) for p in f.pgs],
+             "dimension": f.dimension, "tier": f.tier, "steps": [int(s) for s in f.steps]} for f in found]
+    return pl.DataFrame(rows, schema=FINDINGS_SCHEMA)
+

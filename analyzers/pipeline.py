@@ -23,7 +23,7 @@ from commprof.analyzers.bandwidth import busbw_factor_expr, gbps
 from commprof.analyzers.classify import check_layout, classify_dimensions
 from commprof.analyzers.distribution import rank_distribution
 from commprof.analyzers.efficiency import efficiency_expr, with_peaks
-from commprof.analyzers.findings import Finding, rank_findings
+from commprof.analyzers.findings import Finding, findings_frame, rank_findings
 from commprof.analyzers.fr_seq import seq_from_flight_recorder
 from commprof.analyzers.group_tiers import TierSettings, group_tiers
 from commprof.analyzers.hang import HangReport, hang_report
@@ -86,7 +86,7 @@ class Analysis:
     doubtful_ranks: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=DOUBTFUL_SCHEMA))
     # ranked: severity, then estimated saving (analyzers/findings.py); findings_computed is False when the
     # run has nothing the rules can judge (no analyzed step), so a check gate says "skip", not "pass"
-    findings: tuple[Finding, ...] = ()
+    finding_list: tuple[Finding, ...] = ()
     findings_computed: bool = False
     what_if: WhatIf | None = None  # the --what-if estimate, when changes were asked for
     # where the exposed comm goes, when it is a large share of the step and no finding names a cause
@@ -98,6 +98,20 @@ class Analysis:
     # Made when first read (the dashboard's skew and topology pages): no report, rule or text view reads
     # them, so `analyze` does not pay their queries (issue 24). Each is computed from frames of the analysis
     # (collectives, process_groups, steps), as the steps computed them before.
+    @cached_property
+    def findings(self) -> pl.DataFrame:
+        """The ranked findings as a table, one row each (columns in docs/notebook.md; ``finding_list`` holds them
+        as objects, with their numbers)."""
+        frame: pl.DataFrame = findings_frame(self.finding_list)
+        return frame
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the HTML report's findings, headline and tables (commprof/notebook.py shows it; the
+        analysis itself knows nothing of HTML)."""
+        from commprof.notebook import analysis_html
+
+        return analysis_html(self)
+
     @cached_property
     def rank_group_waits(self) -> pl.DataFrame:
         """rank, pg: wait for later ranks per step (the skew page's columns)."""
@@ -343,12 +357,12 @@ def step_findings(analysis: Analysis) -> Analysis:
 
     found, computed, notes = find(analysis)
     note = exposed_note(Ctx(analysis), found) if computed else None
-    analysis = replace(analysis, findings=rank_findings(found), findings_computed=computed, exposed_note=note,
+    analysis = replace(analysis, finding_list=rank_findings(found), findings_computed=computed, exposed_note=note,
                        warnings=(*analysis.warnings, *notes))
     if not analysis.settings.what_if:
         return analysis
     changes = [whatif.parse_change(t) for t in analysis.settings.what_if]
-    late = {f.ranks[0]: float(f.numbers.get("late_ns_per_step", 0)) for f in analysis.findings
+    late = {f.ranks[0]: float(f.numbers.get("late_ns_per_step", 0)) for f in analysis.finding_list
             if f.id == "straggler" and f.ranks}
     estimate = whatif.estimate(analysis, changes, late)
     return replace(analysis, what_if=replace(estimate, checked=whatif.checked(changes, whatif._gpu_run(analysis))))

@@ -50,6 +50,12 @@ class Run:
     def manifest(self) -> dict[str, Any] | None:
         return self.source.manifest
 
+    def _repr_html_(self) -> str:
+        """In a notebook: where the run is, its ranks, hosts and process groups (commprof/notebook.py)."""
+        from commprof.notebook import run_html
+
+        return run_html(self)
+
     @property
     def world_size(self) -> int | None:
         sizes = {int(m.meta["world_size"]) for m in self.rank_files if m.meta.get("world_size") is not None}

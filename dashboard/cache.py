@@ -147,7 +147,7 @@ class RunCache:
 
     def findings(self, key: str) -> tuple[Any, ...]:
         """The analysis' ranked findings (analyzers/findings.py); () where it computes none."""
-        found = getattr(self.analysis(key), "findings", ())
+        found = getattr(self.analysis(key), "finding_list", ())
         return tuple(found) if isinstance(found, (tuple, list)) else ()
 
     def finding_groups(self, key: str, finding: Any) -> list[str]:

@@ -203,7 +203,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     a = cache.analysis("s64")
     dp_group = a.process_groups.filter(a.process_groups["ranks"].list.contains(13) &
                                        (a.process_groups["dimension"] == "dp"))["pg"][0]
-    cache._analyses["s64"] = dataclasses.replace(a, findings=(_finding(pgs=(str(dp_group),)), *a.findings),
+    cache._analyses["s64"] = dataclasses.replace(a, finding_list=(_finding(pgs=(str(dp_group),)), *a.finding_list),
                                                  findings_computed=True)
     srv = Server(create_app(runs, cache))
     yield srv

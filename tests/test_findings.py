@@ -80,7 +80,7 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 @pytest.mark.parametrize("name", sorted(n for n in CASES if "straggler" in n or "slow-link" in n))
 def test_the_finding_names_its_subject(name: str, tmp_path: Path) -> None:
     kind, base, fault, _ = CASES[name]
-    top = next(f for f in _analyze(tmp_path, "fault", {**base, **fault}).findings if f.id == kind)
+    top = next(f for f in _analyze(tmp_path, "fault", {**base, **fault}).finding_list if f.id == kind)
     if "straggler" in fault:
         assert top.ranks == (fault["straggler"],) and top.dimension == "tp"
     else:
@@ -89,8 +89,8 @@ def test_the_finding_names_its_subject(name: str, tmp_path: Path) -> None:
 
 def test_fault_is_the_top_finding_of_its_kind_and_its_saving_is_measured(case: tuple[str, Analysis, Analysis]) -> None:
     kind, faulty, fixed = case
-    mine = [f for f in faulty.findings if f.id == kind]
-    assert mine, [f.key for f in faulty.findings]
+    mine = [f for f in faulty.finding_list if f.id == kind]
+    assert mine, [f.key for f in faulty.finding_list]
     top = mine[0]
     assert top.severity != "info"
     measured = _step(faulty) - _step(fixed)
@@ -100,7 +100,7 @@ def test_fault_is_the_top_finding_of_its_kind_and_its_saving_is_measured(case: t
 
 def test_no_finding_claims_more_than_the_exposed_time_it_is_about(case: tuple[str, Analysis, Analysis]) -> None:
     _, faulty, _ = case
-    for f in faulty.findings:
+    for f in faulty.finding_list:
         assert f.saving_ns_per_step <= faulty.totals["exposed_comm_ns"] + 1, f.key
         if "exposed_ns_per_step" in f.numbers:
             assert f.saving_ns_per_step <= f.numbers["exposed_ns_per_step"] + 1, f.key
@@ -117,7 +117,7 @@ def test_clean_run_has_no_finding_above_info(name: str, tmp_path: Path) -> None:
     base, seed = CLEAN[name]
     a = _analyze(tmp_path, "clean", {**base, "seed": seed})
     assert a.findings_computed
-    loud = [f.key for f in a.findings if f.severity != "info" and f.id != "pipeline_bubble"]
+    loud = [f.key for f in a.finding_list if f.severity != "info" and f.id != "pipeline_bubble"]
     assert loud == []
 
 
@@ -149,27 +149,27 @@ def test_what_if_lands_within_10_pct_of_the_regenerated_run(name: str, tmp_path:
 @pytest.mark.parametrize(("base", "rank"), [(N16, 3), (N64, 45)], ids=["16", "64"])
 def test_desync_from_traces_and_flight_recorder(tmp_path: Path, base: dict[str, Any], rank: int) -> None:
     a = _analyze(tmp_path, "desync", {**base, "seed": 4, "desync": rank, "flight_recorder": True})
-    desync = [f for f in a.findings if f.id == "desync"]
+    desync = [f for f in a.finding_list if f.id == "desync"]
     assert {f.key.split(":")[1] for f in desync} == {"trace", "flight_recorder"}
     assert all(f.ranks == (rank,) and f.severity == "high" for f in desync)
     assert desync[0].saving_ns_per_step == 0 and desync[0].saving_model.startswith("not a time saving")
     clean = _analyze(tmp_path, "clean", {**base, "seed": 4, "flight_recorder": True})
-    assert not [f for f in clean.findings if f.id == "desync"]
+    assert not [f for f in clean.finding_list if f.id == "desync"]
 
 
 def test_nccl_setup_faults_from_the_logs(tmp_path: Path) -> None:
     a = _analyze(tmp_path, "gdr", {**N16, "seed": 2, "nccl_faults": ("gdr-off", "nvls-off")})
-    assert {"nccl_gdr_disabled", "nvls_unavailable"} <= {f.id for f in a.findings}
+    assert {"nccl_gdr_disabled", "nvls_unavailable"} <= {f.id for f in a.finding_list}
     b = _analyze(tmp_path, "p2p", {**N16, "seed": 2, "nccl_faults": ("p2p-off",)})
-    assert "nccl_p2p_disabled" in {f.id for f in b.findings}
+    assert "nccl_p2p_disabled" in {f.id for f in b.finding_list}
     plain_ethernet = _analyze(tmp_path, "eth", {**N16, "seed": 2, "network": "ethernet"})
-    assert "nccl_socket_fallback" not in {f.id for f in plain_ethernet.findings}  # no IB NICs to fall back from
+    assert "nccl_socket_fallback" not in {f.id for f in plain_ethernet.finding_list}  # no IB NICs to fall back from
 
 
 def test_truth_expected_findings_are_found(tmp_path: Path) -> None:
     cfg = {**N16, "seed": 9, "straggler": 2, "straggler_us": 3000, "desync": 6}
     truth = generate(SynthConfig(**cfg), tmp_path / "run", compresslevel=1)
-    found = {f.id for f in commprof.analyze(str(tmp_path / "run")).findings}
+    found = {f.id for f in commprof.analyze(str(tmp_path / "run")).finding_list}
     assert {f["id"] for f in truth["findings"]["expected"]} <= found
 
 
@@ -177,7 +177,7 @@ def test_small_latency_bound_messages(tmp_path: Path) -> None:
     """A 0.1B model on 32 tokens: 64 tree all-reduces of 90 KB per step on NVLink at 25 GB/s of 450."""
     a = _analyze(tmp_path, "small", dict(nodes=1, gpus_per_node=8, sizes={"tp": 8}, steps=2, micro_batches=4,
                                          layers=4, model_size_b=0.1, tokens=32, seed=1))
-    (f,) = [f for f in a.findings if f.id == "small_messages"]
+    (f,) = [f for f in a.finding_list if f.id == "small_messages"]
     assert (f.key, f.dimension, f.tier, f.numbers["calls_per_step"]) == ("small_messages:tp:nvlink", "tp", "nvlink", 64)
     assert 0 < f.saving_ns_per_step <= f.numbers["exposed_transfer_ns_per_step"]
     # TP all-reduces sit on each layer's critical path: no bucket or coalescing manager merges them (issue 36); the
@@ -196,14 +196,14 @@ def test_a_group_larger_than_a_node_names_the_layout_to_use(tmp_path: Path) -> N
     the backward than it does in the regenerated run). Without dp traffic to scale, the saving is not
     estimated, with why."""
     a = _analyze(tmp_path, "tp8", TP8_ON_4)
-    (f,) = [f for f in a.findings if f.id == "group_larger_than_node"]
+    (f,) = [f for f in a.finding_list if f.id == "group_larger_than_node"]
     assert (f.key, f.dimension, f.tier, f.severity) == ("group_larger_than_node:tp", "tp", "ib", "high")
     assert "tp=4,dp=4" in f.action and f.saving_model.startswith("what-if layout:tp=4,dp=4")
     fixed = _analyze(tmp_path, "tp4", {**TP8_ON_4, "sizes": {"tp": 4, "dp": 4}, "tokens": 2048})
     assert f.saving_ns_per_step == pytest.approx(_step(a) - _step(fixed), rel=0.2)
-    assert not [f for f in a.findings if f.id == "tp_across_nodes"]  # nothing to swap tp with
+    assert not [f for f in a.finding_list if f.id == "tp_across_nodes"]  # nothing to swap tp with
     only_tp = _analyze(tmp_path, "tp8only", dict(nodes=2, gpus_per_node=4, sizes={"tp": 8}, steps=2, seed=1))
-    (g,) = only_tp.findings
+    (g,) = only_tp.finding_list
     assert (g.id, g.severity, g.saving_ns_per_step) == ("group_larger_than_node", "high", 0)
     assert g.saving_model.startswith("not estimated: it has no dp traffic") and "tp=4,dp=2 or tp=4,pp=2" in g.action
 
@@ -221,7 +221,7 @@ def test_barriers_dominating_exposed_time(tmp_path: Path) -> None:
                 b.nccl(s + t0, s + t1, **{"Process Group Name": "0", "Seq": 2 * k + seq, "Collective name": name,
                                           "In msg nelems": 1 << 20, "dtype": "Float", "Group size": 2})
         b.write(tmp_path / f"rank-{rank}.json")
-    (f,) = commprof.analyze(str(tmp_path)).findings
+    (f,) = commprof.analyze(str(tmp_path)).finding_list
     assert (f.id, f.severity, f.saving_ns_per_step) == ("host_sync", "high", 600_000)
     assert f.numbers["share_of_exposed"] == pytest.approx(6 / 7)
 
@@ -253,12 +253,12 @@ def test_small_messages_without_a_peak_are_judged_from_their_sizes(tmp_path: Pat
     coalescing them into one call saves 15 x alpha = 1.5 ms per step; one size only cannot be fitted: a
     warning says why, no finding."""
     a = commprof.analyze(str(_gloo_run(tmp_path / "two", (4096, 32768))))
-    (f,) = [f for f in a.findings if f.id == "small_messages"]
+    (f,) = [f for f in a.finding_list if f.id == "small_messages"]
     assert f.numbers["calls_per_step"] == 16 and f.numbers["calls_after_per_step"] == 1
     assert f.numbers["alpha_ns"] == pytest.approx(100_000, rel=0.05)
     assert f.saving_ns_per_step == pytest.approx(15 * 100_000, rel=0.05)
     one = commprof.analyze(str(_gloo_run(tmp_path / "one", (4096,))))
-    assert not [f for f in one.findings if f.id == "small_messages"]
+    assert not [f for f in one.finding_list if f.id == "small_messages"]
     (w,) = [w for w in one.warnings if w.startswith("small_messages")]
     assert f"not judged on {f.tier}" in w and "span less than 4x" in w and "--peak" in w
 
@@ -283,7 +283,7 @@ def test_a_barrier_is_flagged_by_its_cost_and_saves_only_its_own_part(tmp_path: 
                                           "In msg nelems": 1 << 20, "dtype": "Float", "Group size": 2})
         b.write(tmp_path / f"rank-{rank}.json")
     a = commprof.analyze(str(tmp_path))
-    (f,) = [f for f in a.findings if f.id == "host_sync"]
+    (f,) = [f for f in a.finding_list if f.id == "host_sync"]
     assert f.numbers["share_of_exposed"] < 0.25 and f.numbers["exposed_ns_per_step"] == pytest.approx(300_000)
     assert f.numbers["exposed_wait_ns_per_step"] == pytest.approx(200_000)
     assert (f.severity, f.saving_ns_per_step) == ("low", 100_000)
@@ -294,7 +294,7 @@ def test_overlap_savings_are_not_promised_on_a_cpu_run() -> None:
     runs on (the A/B on 2 cores bought nothing): the finding names it at info, saving not estimated, and says
     why."""
     a = commprof.analyze(str(Path(__file__).resolve().parents[1] / "sample_traces" / "tp2_dp2"))
-    (f,) = [f for f in a.findings if f.id == "dp_sync_exposed"]
+    (f,) = [f for f in a.finding_list if f.id == "dp_sync_exposed"]
     assert (f.severity, f.saving_ns_per_step) == ("info", 0)
     assert f.saving_model.startswith("not estimated on a CPU run") and "same cores" in f.detail
 
@@ -307,12 +307,12 @@ def test_zero_byte_all_to_alls_are_not_small_messages_and_savings_share_the_time
     a = _analyze(tmp_path, "a2a0", dict(nodes=2, gpus_per_node=8, sizes={"tp": 2, "ep": 4, "dp": 2}, steps=2,
                                         micro_batches=2, layers=2, alltoall_imbalance=4.0, seed=2))
     assert a.collectives.filter((a.collectives["op"] == "all_to_all") & (a.collectives["bytes"] == 0)).height > 0
-    assert [f.key for f in a.findings if f.id == "small_messages"] == []
-    assert "alltoall_imbalance:ep" in {f.key for f in a.findings}
+    assert [f.key for f in a.finding_list if f.id == "small_messages"] == []
+    assert "alltoall_imbalance:ep" in {f.key for f in a.finding_list}
     exposed = dict(zip(a.by_dimension["dimension"], a.by_dimension["exposed_ns_per_step"], strict=True))
     for dim, limit in exposed.items():
-        assert sum(f.saving_ns_per_step for f in a.findings if f.dimension == dim) <= limit + 1, dim
-    assert sum(f.saving_ns_per_step for f in a.findings) <= a.totals["exposed_comm_ns"] + 1
+        assert sum(f.saving_ns_per_step for f in a.finding_list if f.dimension == dim) <= limit + 1, dim
+    assert sum(f.saving_ns_per_step for f in a.finding_list) <= a.totals["exposed_comm_ns"] + 1
 
 
 def test_savings_on_the_same_time_are_capped_at_it() -> None:

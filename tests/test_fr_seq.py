@@ -85,7 +85,7 @@ def test_a_synth_run_without_seq_is_matched_by_the_dumps_seq(tmp_path: Path) -> 
     assert any(w.startswith("16 call(s) without seq could not be aligned") for w in got.warnings)
     cols = ["rank", "call", "wait_ns", "late_rank"]
     assert got.collectives.select(cols).sort("rank", "call").equals(truth.collectives.select(cols).sort("rank", "call"))
-    assert [(f.id, f.ranks) for f in got.findings] == [(f.id, f.ranks) for f in truth.findings]
+    assert [(f.id, f.ranks) for f in got.finding_list] == [(f.id, f.ranks) for f in truth.finding_list]
     shutil.rmtree(run / "raw" / "flight_recorder")
     shutil.rmtree(run / "tables", ignore_errors=True)
     assert commprof.analyze(str(run)).match_by == "order"  # without the dumps: order, as before

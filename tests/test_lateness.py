@@ -56,7 +56,7 @@ def test_a_straggler_in_unknown_groups_is_named_with_its_lateness(tmp_path: Path
     a = _analyze(tmp_path, {**ONE_NODE, "steps": 8, "straggler": 5, "straggler_us": 3000})
     assert set(a.collectives["pg"].unique().to_list()) == {"unknown"} and a.match_by == "order"
     # before: every rule needed a classified dimension or a known group size, and this run read "Findings: none"
-    (f,) = [f for f in a.findings if f.id == "straggler"]
+    (f,) = [f for f in a.finding_list if f.id == "straggler"]
     assert f.ranks == (5,) and f.severity != "info"
     assert f.numbers["late_ns_per_step"] == pytest.approx(3e6, rel=0.05)
     assert (f.numbers["steps_last"], f.numbers["steps_judged"], f.numbers["stretch_steps"]) == (8, 8, 1)
@@ -73,7 +73,7 @@ def test_three_steps_are_too_few_to_name_a_rank_and_it_says_what_to_do(tmp_path:
     # record's default window: 3 profiled steps. A rank last in 3 of 3 was called "90 % sure" and [high] on clean
     # jobs beside a busy process (issue 36); now it is info, says why, and names the step count that can tell
     a = _analyze(tmp_path, {**ONE_NODE, "straggler": 5, "straggler_us": 3000})
-    (f,) = [f for f in a.findings if f.id == "straggler"]
+    (f,) = [f for f in a.finding_list if f.id == "straggler"]
     assert f.ranks == (5,) and f.severity == "info"
     assert "sure" not in f.title
     assert f"3 steps are too few to tell a straggler from a rank a busy host held back: record --active " \
@@ -82,7 +82,7 @@ def test_three_steps_are_too_few_to_name_a_rank_and_it_says_what_to_do(tmp_path:
 
 def test_no_straggler_in_unknown_groups_of_a_clean_run(tmp_path: Path) -> None:
     a = _analyze(tmp_path, ONE_NODE)
-    assert not [f for f in a.findings if f.id == "straggler"]
+    assert not [f for f in a.finding_list if f.id == "straggler"]
 
 
 def _calls(late: list[list[float]]) -> pl.DataFrame:
@@ -126,7 +126,7 @@ def test_a_rank_late_every_step_is_a_straggler_and_its_chance_is_stated() -> Non
 def test_no_silent_report_when_exposed_comm_is_large_and_no_rule_names_a_cause(tmp_path: Path) -> None:
     a = _analyze(tmp_path, COMM_HEAVY, stripped=False)
     share = a.totals["exposed_comm_ns"] / a.totals["step_ns"]
-    assert share > 0.2 and a.findings == ()
+    assert share > 0.2 and a.finding_list == ()
     note = a.exposed_note
     assert note is not None
     assert (note.dimension, note.tier, note.op) == ("dp", "ethernet", "all_reduce")
@@ -151,7 +151,7 @@ def test_a_wait_dominated_run_of_unknown_groups_names_its_straggler_not_a_note(t
     a = _analyze(tmp_path, {**ONE_NODE, "steps": 8, "straggler": 2, "straggler_us": 60_000})
     assert a.totals["exposed_comm_ns"] / a.totals["step_ns"] > 0.2
     assert a.totals["exposed_wait_ns"] > 0.5 * a.totals["exposed_comm_ns"]
-    (f,) = [f for f in a.findings if f.id == "straggler"]
+    (f,) = [f for f in a.finding_list if f.id == "straggler"]
     assert f.ranks == (2,) and f.numbers["late_ns_per_step"] == pytest.approx(60e6, rel=0.02)
     assert a.exposed_note is None
 
@@ -159,7 +159,7 @@ def test_a_wait_dominated_run_of_unknown_groups_names_its_straggler_not_a_note(t
 def test_no_note_when_a_rule_names_a_cause(tmp_path: Path) -> None:
     a = _analyze(tmp_path, {**COMM_HEAVY, "network": "ib", "dp_overlap": False}, stripped=False)
     assert a.totals["exposed_comm_ns"] / a.totals["step_ns"] > 0.2
-    assert a.findings[0].id == "dp_sync_exposed" and a.findings[0].severity != "info"
+    assert a.finding_list[0].id == "dp_sync_exposed" and a.finding_list[0].severity != "info"
     assert a.exposed_note is None
 
 

@@ -84,7 +84,7 @@ def test_ddp_buckets_still_overlap_backward(ddp_run: tuple[Analysis, dict[int, l
 
 def test_ddp_async_buckets_match_consistently_without_desync(ddp_run: tuple[Analysis, dict[int, list[int]]]) -> None:
     a, _ = ddp_run
-    assert "desync" not in {f.id for f in a.findings}
+    assert "desync" not in {f.id for f in a.finding_list}
     matched = a.collectives.group_by("match_key").agg(pl.col("op").n_unique().alias("ops"),
                                                       pl.col("bytes").n_unique().alias("sizes"),
                                                       pl.col("rank").n_unique().alias("ranks"))

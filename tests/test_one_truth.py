@@ -92,11 +92,11 @@ def test_every_surface_shows_the_analysis_numbers(cli: Callable[..., Result], ru
 
 def test_findings_are_the_analysis_findings_on_every_surface(cli: Callable[..., Result], run_path: Path,
                                                              tmp_path: Path) -> None:
-    """analysis.findings = analyze JSON findings[] = check's embedded report and its violations = diff's new
+    """analysis.finding_list = analyze JSON findings[] = check's embedded report and its violations = diff's new
     findings against an empty report = the text report's first lines."""
     a = commprof.analyze(commprof.open_run(run_path))
     report = _json(cli("analyze", str(run_path), "--format", "json"))
-    truth = [(f.id, f.key, f.severity, f.saving_ns_per_step) for f in a.findings]
+    truth = [(f.id, f.key, f.severity, f.saving_ns_per_step) for f in a.finding_list]
     assert [(f["id"], f["key"], f["severity"], f["saving_ns_per_step"]) for f in report["findings"]] == truth
     assert report["findings_computed"] is a.findings_computed is True
     check = _json(cli("check", str(run_path), "--fail-on-findings", "info", "--format", "json"))
@@ -109,5 +109,5 @@ def test_findings_are_the_analysis_findings_on_every_surface(cli: Callable[..., 
     diff = _json(cli("diff", str(saved), str(run_path), "--format", "json"))
     assert [f["key"] for f in diff["findings"]["new"]] == [k for _, k, _, _ in truth]
     text = cli("analyze", str(run_path)).stdout.splitlines()
-    for i, f in enumerate(a.findings[:5]):
+    for i, f in enumerate(a.finding_list[:5]):
         assert text[1 + 2 * i].startswith(f"  {i + 1}. [{f.severity}] {f.title}")

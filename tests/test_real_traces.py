@@ -70,7 +70,7 @@ def test_no_silent_report_over_a_fifth_of_the_step(name: str, tmp_path_factory: 
     note says where it goes (df_index_resolver 20.6 %, trace_filter 25.9 %: groups unknown, no rule fires)."""
     a = commprof.analyze(commprof.open_run(HTA / name, cache_dir=tmp_path_factory.mktemp(name)))
     share = a.totals["exposed_comm_ns"] / a.totals["step_ns"]
-    loud = [f.key for f in a.findings if f.severity != "info"]
+    loud = [f.key for f in a.finding_list if f.severity != "info"]
     if share > 0.2:
         assert loud or a.exposed_note is not None, (name, share)
     if a.exposed_note is not None:

@@ -34,7 +34,7 @@ def _shift(trace: Path, by_us: float) -> None:
 
 
 def _blamed(a: Analysis) -> set[int]:
-    return {r for f in a.findings if f.id in ("straggler", "desync") for r in f.ranks}
+    return {r for f in a.finding_list if f.id in ("straggler", "desync") for r in f.ranks}
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,8 @@ def test_a_trace_shifted_by_a_day_is_doubtful_and_not_blamed(clean: Path, tmp_pa
     assert a.doubtful_ranks["check"].to_list() == ["start"]
     (warning,) = [w for w in a.warnings if w.startswith("rank 3:")]
     assert "+24.0 h" in warning and "no straggler or desync finding rests on it" in warning
-    assert 3 not in _blamed(a), [f.key for f in a.findings]
-    assert not [f for f in a.findings if f.id == "straggler"]
+    assert 3 not in _blamed(a), [f.key for f in a.finding_list]
+    assert not [f for f in a.finding_list if f.id == "straggler"]
 
 
 def test_no_desync_rests_on_a_shifted_rank(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_no_desync_rests_on_a_shifted_rank(tmp_path: Path) -> None:
     _shift(run / "raw" / "traces" / "rank-3.json.gz", DAY_US)
     a = commprof.analyze(str(run))
     assert a.doubtful_ranks["rank"].to_list() == [3]
-    assert _blamed(a) == set(), [f.key for f in a.findings]
+    assert _blamed(a) == set(), [f.key for f in a.finding_list]
 
 
 def test_ranks_of_two_runs_are_doubtful_and_not_blamed(tmp_path: Path) -> None:
@@ -91,8 +91,8 @@ def test_ranks_of_two_runs_are_doubtful_and_not_blamed(tmp_path: Path) -> None:
     (warning,) = [w for w in a.warnings if w.startswith("ranks 8-15 ")]
     assert "steps 0-4 (5)" in warning and "ranks 0-7 profiled steps 0-2 (3)" in warning
     assert "another run" in warning
-    assert not _blamed(a) & set(range(8, 16)), [f.key for f in a.findings]
-    assert not [f for f in a.findings if f.id == "straggler"]
+    assert not _blamed(a) & set(range(8, 16)), [f.key for f in a.finding_list]
+    assert not [f for f in a.finding_list if f.id == "straggler"]
 
 
 def test_a_host_clock_a_day_off_is_doubtful(tmp_path: Path) -> None:

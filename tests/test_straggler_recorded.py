@@ -53,8 +53,8 @@ def test_groups_are_unknown_in_these_traces(runs: dict[str, Analysis]) -> None:
 
 def test_the_sleeping_rank_is_named_with_confidence(runs: dict[str, Analysis]) -> None:
     a = runs["slow"]
-    found = [f for f in a.findings if f.id == "straggler"]
-    assert [f.ranks for f in found] == [(SLOW_RANK,)], [f.title for f in a.findings]
+    found = [f for f in a.finding_list if f.id == "straggler"]
+    assert [f.ranks for f in found] == [(SLOW_RANK,)], [f.title for f in a.finding_list]
     f = found[0]
     assert f.numbers["confidence"] >= 0.99
     assert 2 * f.numbers["steps_last"] > f.numbers["steps_judged"]
@@ -66,5 +66,5 @@ def test_the_sleeping_rank_is_named_with_confidence(runs: dict[str, Analysis]) -
 
 def test_the_clean_twin_has_no_confident_straggler(runs: dict[str, Analysis]) -> None:
     # a rank the OS keeps behind for several steps may read as a low straggler (2 of 10 clean runs), never more
-    loud = [f.title for f in runs["clean"].findings if f.id == "straggler" and f.severity not in ("info", "low")]
+    loud = [f.title for f in runs["clean"].finding_list if f.id == "straggler" and f.severity not in ("info", "low")]
     assert loud == []

@@ -32,7 +32,7 @@ def judge(path: Path, slow: int | None) -> str:
     a = commprof.analyze(str(path))
     c = Ctx(a)
     judged, scope = lateness.judged_calls(c.calls, c.doubtful, a.ranks.height, a.facts.world_size)
-    said = [f"{f.severity}:rank{f.ranks[0]}" for f in a.findings if f.id == "straggler"]
+    said = [f"{f.severity}:rank{f.ranks[0]}" for f in a.finding_list if f.id == "straggler"]
     best = ", ".join(f"rank {x.rank} late {x.late_ns / 1e6:.1f} ms jitter {x.jitter_ns / 1e6:.1f} ms last "
                      f"{x.steps_last}/{x.steps} chance {x.chance:.2g}" for x in lateness.late_ranks(judged, scope))
     step_ms = a.totals["step_ns"] / 1e6

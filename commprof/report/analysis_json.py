@@ -117,7 +117,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
             "stragglers": _rows(analysis.stragglers, STRAGGLER_KEYS),
         },
         "findings_computed": analysis.findings_computed,
-        "findings": [finding_dict(f) for f in analysis.findings],
+        "findings": [finding_dict(f) for f in analysis.finding_list],
         "what_if": _what_if(analysis),
         "exposed_note": asdict(analysis.exposed_note) if analysis.exposed_note else None,
         "doubtful_ranks": analysis.doubtful_ranks.to_dicts(),

@@ -69,7 +69,7 @@ def analyze_run(path: Any, *, hta_compat: bool = False) -> dict[str, Any]:
     settings = AnalysisSettings(hta_compat=hta_compat)
     report = analysis_json.build(analyze(run, settings))
     if run.source.windows:  # record --every/--on-demand: the newest window's report, with the trend of them all
-        from commprof.cli.opening import window_trend
+        from commprof.report.analyzed import window_trend
 
         report["windows"] = window_trend(run, report, settings, {})
     return report

@@ -135,7 +135,7 @@ class RunCache:
         report = analysis_json.build(self.analysis(key))
         run = self.runs[key]
         if run.source.windows:  # record --every/--on-demand: the windows' trend (each window's report kept on disk)
-            from commprof.cli.opening import window_trend
+            from commprof.report.analyzed import window_trend
 
             report["windows"] = window_trend(run, report, self.settings, {})
         return report

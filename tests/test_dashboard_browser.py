@@ -408,7 +408,7 @@ def test_index_compare_download_and_messages(browser: Any, server: Server) -> No
 
     browser.get(f"{server.url}/")
     index = wait_for(browser, f"#{ids.INDEX_TABLE}")
-    assert len(index.find_elements(By.CSS_SELECTOR, "tbody tr")) == 3
+    assert len(index.find_elements(By.CSS_SELECTOR, "tbody tr")) == 5  # pp, synth, s64, deepep, windows
     check_layout(browser, "index")
     shot(browser, "index")
     browser.get(f"{server.url}/compare?a=pp&b=synth")

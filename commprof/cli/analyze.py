@@ -176,8 +176,8 @@ def _analyzed(run: Any, settings: Any, cache_options: dict[str, Any], runner: An
               ) -> tuple[Any, dict[str, Any]]:
     """The run's analysis and its report (the same dict --format json writes, windows' trend included)."""
     import commprof
-    from commprof.cli.opening import window_trend
     from commprof.report import analysis_json
+    from commprof.report.analyzed import window_trend
 
     analysis = commprof.analyze(run, settings, runner=runner, progress=progress)
     report = analysis_json.build(analysis)

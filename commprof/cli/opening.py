@@ -19,6 +19,9 @@ from typing import Any
 
 import click
 
+from commprof.report.analyzed import analyzed_report as analyzed_report  # the CLI's name for it
+from commprof.report.analyzed import window_trend as window_trend
+
 
 def paths_argument(f: Callable[..., Any]) -> Callable[..., Any]:
     """PATH...: one run, from one path or from its nodes' folders."""
@@ -71,50 +74,6 @@ def open_request(request: RunRequest, runner: Any = None, progress: Any = None, 
     with work_session(jobs) as (own, bar):
         return open_run(target, runner=own, progress=bar, ranks=request.ranks, allow_partial=request.allow_partial,
                         step_range=request.step_range, declared=request.declared)
-
-
-def analyzed_report(run: Any, settings: Any, cache_options: dict[str, Any], quick: Any = None, runner: Any = None,
-                    progress: Any = None) -> dict[str, Any]:
-    """The analyze report of an opened run: the one kept for the same inputs, options and code, else a fresh
-    analysis (then kept)."""
-    import commprof
-    from commprof.report import analysis_json, report_cache
-
-    key = report_cache.key(run, settings, cache_options)
-    report = report_cache.load(run, key)
-    if report is None:
-        report = analysis_json.build(commprof.analyze(run, settings, runner=runner, progress=progress))
-        if run.source.windows:
-            report["windows"] = window_trend(run, report, settings, cache_options, runner, progress)
-        report_cache.store(run, key, report)
-    report_cache.remember(run, quick, key)
-    return report
-
-
-def window_trend(run: Any, report: dict[str, Any], settings: Any, cache_options: dict[str, Any], runner: Any = None,
-                 progress: Any = None) -> dict[str, Any]:
-    """The trend over a run's repeating windows (analyzers/trend.py): each window analyzed as the run directory
-    it is (its report kept like any run's), ``report`` being the newest one's."""
-    from commprof.analyzers import trend
-    from commprof.errors import CommprofError
-    from commprof.run import open_run
-
-    rows, failed = [], []
-    newest = run.source.windows[-1][0]
-    for name, folders in run.source.windows:
-        if name == newest:
-            rows.append(trend.window_row(name, report))
-            continue
-        try:
-            window = open_run(list(folders) if len(folders) > 1 else folders[0], runner=runner, progress=progress,
-                              ranks=cache_options.get("ranks"), allow_partial=bool(cache_options.get("allow_partial")),
-                              step_range=cache_options.get("step_range"), declared=run.declared)
-            rows.append(trend.window_row(name, analyzed_report(window, settings, cache_options, None, runner,
-                                                               progress)))
-        except CommprofError as err:
-            failed.append((name, str(err)))
-    result: dict[str, Any] = trend.trend(rows, failed)
-    return result
 
 
 def group_by_job(paths: Iterable[str]) -> list[tuple[str, ...]]:

@@ -160,7 +160,7 @@ def key(run: Any, settings: Any, options: dict[str, Any]) -> str | None:
     try:
         given = list(run.source.given) or [Path(run.path)]
         caches = [Path(run.ingested.cache)]
-        # repeating windows: the report holds every window's trend (opening.window_trend), so all are inputs
+        # repeating windows: the report holds every window's trend (analyzed.window_trend), so all are inputs
         others = [w for _, folders in getattr(run.source, "windows", ()) for w in folders if w not in given]
         inputs = _input_rows_of(given + others, list(run.ingested.entries), caches + [w / "tables" for w in others])
         if inputs is None:

@@ -60,7 +60,15 @@ def busy() -> None:
         pass
 
 
-def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tuple[int, int, str, bool]:
+def session_counts(out: str) -> tuple[int, int, float]:
+    """REPRO_SESSION ranks' deferred stops, windows without a trace, longest wait before a stop (ms)."""
+    deferred = sum(int(m) for m in re.findall(r"deferred=(\d+)", out))
+    lost = sum(int(m) for m in re.findall(r"lost=(\d+)", out))
+    wait_ms = max((float(m) for m in re.findall(r"wait_ms=([\d.]+)", out)), default=0.0)
+    return deferred, lost, wait_ms
+
+
+def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tuple[int, int, str, bool, str]:
     port = 29500 + (os.getpid() * 7 + index * 13) % 20000
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4",
            "--master-addr", "127.0.0.1", "--master-port", str(port), str(RANK_SCRIPT)]
@@ -77,7 +85,7 @@ def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tup
         aborted = max(aborted, 1)
     # every rank printed its count: it died at exit (destroy_process_group, interpreter teardown), not at a stop
     at_exit = bool(aborted) and len(re.findall(r"stops=", out)) == 4
-    return stops, aborted, ",".join(died), at_exit
+    return stops, aborted, ",".join(died), at_exit, out
 
 
 def main() -> None:
@@ -101,14 +109,17 @@ def main() -> None:
     for proc in loaders:
         proc.start()
     started = time.monotonic()
-    stops = aborts = exit_aborts = jobs = 0
+    stops = aborts = exit_aborts = jobs = deferred = lost = 0
+    wait_ms = 0.0
     kinds: list[str] = []
     try:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(args.parallel) as pool:
-            for s, a, k, at_exit in pool.map(lambda i: run_job(env, args.windows, log_dir, i), range(args.jobs)):
+            for s, a, k, at_exit, out in pool.map(lambda i: run_job(env, args.windows, log_dir, i), range(args.jobs)):
                 stops += s
+                d, lo, w = session_counts(out)
+                deferred, lost, wait_ms = deferred + d, lost + lo, max(wait_ms, w)
                 if at_exit:
                     exit_aborts += a
                 else:
@@ -120,7 +131,8 @@ def main() -> None:
         for proc in loaders:
             proc.terminate()
     arm = " ".join(args.assign) or "(defaults)"
-    print(f"arm: {arm} | stops={stops} aborts={aborts} exit_aborts={exit_aborts} jobs={jobs} load={args.load} "
+    session = f" deferred={deferred} lost={lost} max_wait_ms={wait_ms:.1f}" if "REPRO_SESSION=1" in args.assign else ""
+    print(f"arm: {arm} | stops={stops} aborts={aborts} exit_aborts={exit_aborts}{session} jobs={jobs} load={args.load} "
           f"exitcodes={kinds} wall={time.monotonic() - started:.0f}s logs={log_dir}", flush=True)
 
 

@@ -72,7 +72,6 @@ class InFlight:
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self._works: list[Any] = []
         self._next_prune = PRUNE_AT
-        self._backends: dict[int, bool] = {}
         self._seen_asleep: set[int] = set()  # workers seen off the CPU since the stop was first tried
         self._workers = workers
         self._state = state
@@ -81,13 +80,7 @@ class InFlight:
 
     def track(self, pg: Any, work: Any) -> None:
         """Called by the Annotator with what a wrapped ProcessGroup method returned while recording."""
-        if work is None or not hasattr(work, "is_completed"):
-            return
-        key = id(pg)
-        tracked = self._backends.get(key)
-        if tracked is None:
-            tracked = self._backends[key] = tracked_backend(pg)
-        if not tracked:
+        if work is None or not hasattr(work, "is_completed") or not tracked_backend(pg):
             return
         self._works.append(work)
         if len(self._works) >= self._next_prune:
@@ -103,7 +96,6 @@ class InFlight:
         """Only once the profiler has stopped with every work completed, or never stops: a work dropped
         unfinished ends its event when it goes, which must not be into a freed queue."""
         self._works = []
-        self._backends.clear()
         self._next_prune = PRUNE_AT
         self._seen_asleep.clear()
 

@@ -21,9 +21,15 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "record_scripts" / "stop_gate.py"
 
 
+class Device:
+    def __init__(self, kind: str) -> None:
+        self.type = kind
+
+
 class Group:
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, devices: tuple[str, ...] = ("cpu",)) -> None:
         self.backend = backend
+        self._device_types = [Device(d) for d in devices]
 
     def _get_backend_name(self) -> str:
         return self.backend
@@ -70,11 +76,12 @@ def tracker(states: dict[int, list[str]] | None = None, clock: Clock | None = No
 def test_gloo_works_are_tracked_and_nccl_ones_are_not() -> None:
     t = tracker()
     t.track(Group("gloo"), Work())
-    t.track(Group("nccl"), Work())  # its event ends on the calling thread, at the call
+    t.track(Group("nccl", ("cuda",)), Work())  # its event ends on the calling thread, at the call
+    t.track(Group("nccl", ("cpu", "cuda")), Work())  # init_process_group() on a GPU host: CPU calls go to Gloo
     t.track(Group("mpi"), Work())  # a worker thread ends it: tracked
     t.track(Group("gloo"), None)  # a call that returned nothing
-    assert t.prune() == 2
-    assert t.busy() == "2 collectives recorded in the window still in flight"
+    assert t.prune() == 3
+    assert t.busy() == "3 collectives recorded in the window still in flight"
 
 
 def test_completed_works_are_let_go() -> None:

@@ -49,12 +49,16 @@ UNTRACKED_BACKENDS = frozenset({"nccl"})
 
 
 def tracked_backend(pg: Any) -> bool:
-    """True when ``pg``'s works may end their profiler event on another thread, after the call returned."""
+    """True when ``pg``'s works may end their profiler event on another thread, after the call returned. A
+    group with a CPU backend beside NCCL (``init_process_group()`` on a GPU host: its default backend is
+    NCCL) is tracked whole: its CPU tensors go to Gloo."""
     try:
         name = str(pg._get_backend_name()).lower()
+        if name not in UNTRACKED_BACKENDS:
+            return True
+        return any(getattr(d, "type", None) == "cpu" for d in getattr(pg, "_device_types", ()))
     except Exception:
         return True  # unknown: a completed work costs one check
-    return name not in UNTRACKED_BACKENDS
 
 
 def completed(work: Any) -> bool:

@@ -97,8 +97,7 @@ class InFlight:
         return len(self._works)
 
     def clear(self) -> None:
-        """Only once the profiler has stopped with every work completed, or never stops: a work dropped
-        unfinished ends its event when it goes, which must not be into a freed queue."""
+        """Once the profiler has stopped with every work completed."""
         self._works = []
         self._next_prune = PRUNE_AT
         self._seen_asleep.clear()

@@ -324,7 +324,6 @@ class RankSession:
             if busy is not None:
                 self._warn(f"the profiler was stopped with {busy} (the script's own profiler starts): torch may "
                            "crash ending their events")
-                self.inflight = inflight.InFlight()  # never release those: one going unfinished ends its event
         actions = importlib.import_module("torch.profiler").ProfilerAction
         with self._as_internal(), warnings.catch_warnings():
             warnings.simplefilter("ignore")

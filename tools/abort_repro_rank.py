@@ -29,8 +29,8 @@ on_trace_ready), ``REPRO_WINDOWS`` times per job. Switches (environment, 0/1):
                   step whose end stops the profiler; REPRO_SHAPES, REPRO_ANNOTATE, REPRO_EXPORT and
                   REPRO_SETTLE do not apply (default 0)
   REPRO_UNGATED   with REPRO_SESSION: the session stops the profiler without waiting for the collectives
-                  it recorded (commprof/record/rank/inflight.py's check always says quiet), as before the
-                  fix (default 0)
+                  it recorded (commprof/record/rank/inflight.py's wait answers "quiet" at once), as before
+                  the fix (default 0)
 
 Prints ``stops=<n>`` per rank at the end (with REPRO_SESSION also ``deferred=<n>``: windows whose stop waited
 for a later step, ``lost=<n>``: windows that ended without a trace, ``wait_ms=<max>``: the longest wait

@@ -33,6 +33,31 @@ With the fix (413602d), the real pipeline as test_record_faults runs it (commpro
 toy_train.py --steps 8), two jobs at once beside a busy loop: 130 jobs, 0 aborts (the failure was ~1 in 125
 jobs before: too few jobs to call it fixed). stall_ms.settle there: 0.26-0.54 ms.
 
+Measured 2026-12-06, same machine and settings (--windows 100 --parallel 2 --load 1), with ``commprof record``'s
+own stop: REPRO_SESSION=1 (one RankSession per window: the global step hook, trace export and gzip, Flight
+Recorder dump; TORCH_FR_BUFFER_SIZE=20000 as record sets it). The fix (3969bd4, commprof/record/rank/inflight.py):
+the stop waits, at most 250 ms after the last ProfilerStep marker has closed, until the Gloo works issued while
+recording are is_completed() and every Gloo worker thread has been seen asleep; else collection pauses and the
+stop waits for a later step ("deferred"). "lost": windows without a trace. "wait": the longest stall_ms.stop_wait.
+
+    python tools/abort_repro.py --jobs 13 --windows 100 --parallel 2 --load 1 \
+        REPRO_SESSION=1 REPRO_DDP=0 REPRO_INFLIGHT=0 REPRO_HOOKOPS=64 REPRO_NUMEL=16 TORCH_FR_BUFFER_SIZE=20000
+
+    in flight (HOOKOPS=64), before the fix (56e7b82)   6 aborts / 791 stops (6 jobs, every one: SIGSEGV
+                                                      in the stop, _disable_profiler <- stop_trace <- step)
+    in flight, the fix turned off (REPRO_UNGATED=1)   4 / 1348 (6 jobs)
+    in flight, the fix                                0 / 5200 (13 jobs; 4982 deferred, 0 lost, wait <= 417 ms:
+                                                      64 such all_reduces take 300-450 ms on this machine
+                                                      even without the profiler)
+    HOOKOPS=8, the fix                                HOOK8_ROW
+    DDP + 1 async all_reduce across every step        0 / 2400 (6 jobs; 0 deferred, wait <= 142 ms)
+    DDP + 8 hook all_reduces, REPRO_NICE=1            0 / 2400 (6 jobs; 1158 deferred, 0 lost, wait <= 319 ms)
+    DDP only (REPRO_INFLIGHT=0), REPRO_NICE=1         DDPNICE_ROW
+
+tests/test_numbers_torchrun.py with the fix: stall_ms.stop_wait 0.3-5.3 ms (median 0.55) on its 16 ranks, never
+deferred; the last recorded step against the job's own clock: median over ranks -0.19 to +0.16 ms (bound 3 ms).
+The minimal reproducer in docs/torch-profiler-gloo-race.md (no commprof): 6 of 6 jobs lost a rank (SIGSEGV).
+
 Every abort during a run is in the profiler stop (faulthandler: torch/autograd/profiler.py:434
 _disable_profiler <- profiler.py:399 stop_trace <- step) or, with the stop done, in a Gloo worker:
 SIGSEGV, "malloc_consolidate(): unaligned fastbin chunk detected", "Fatal Python error: Aborted".

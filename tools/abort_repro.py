@@ -49,10 +49,13 @@ stop waits for a later step ("deferred"). "lost": windows without a trace. "wait
     in flight, the fix                                0 / 5200 (13 jobs; 4982 deferred, 0 lost, wait <= 417 ms:
                                                       64 such all_reduces take 300-450 ms on this machine
                                                       even without the profiler)
-    HOOKOPS=8, the fix                                HOOK8_ROW
+    HOOKOPS=8, the fix                                0 / 2400 (6 jobs; 19 deferred, 0 lost, wait <= 272 ms)
     DDP + 1 async all_reduce across every step        0 / 2400 (6 jobs; 0 deferred, wait <= 142 ms)
     DDP + 8 hook all_reduces, REPRO_NICE=1            0 / 2400 (6 jobs; 1158 deferred, 0 lost, wait <= 319 ms)
-    DDP only (REPRO_INFLIGHT=0), REPRO_NICE=1         DDPNICE_ROW
+    DDP only (REPRO_INFLIGHT=0), REPRO_NICE=1         0 / 3200 (8 jobs; 0 deferred, wait <= 27 ms)
+
+Rows from "in flight, the fix" down run with the fix (the 5,200 at 3969bd4, the others at f2169ec: the same
+stop); the DDP rows leave REPRO_NUMEL at 4096. Each row is the command above with its switches.
 
 tests/test_numbers_torchrun.py with the fix: stall_ms.stop_wait 0.3-5.3 ms (median 0.55) on its 16 ranks, never
 deferred; the last recorded step against the job's own clock: median over ranks -0.19 to +0.16 ms (bound 3 ms).

@@ -162,3 +162,7 @@ def test_window_warnings_name_ranks_and_reasons() -> None:
         "the trace of rank 5 is partial: the job ended while the window was recording",
     ]
     assert "no rank reported" in window_warnings([], settings)[0]
+    # a stop that waited for collectives in flight until the job ended (inflight.py)
+    assert window_warnings([_sidecar(3, "stop_deferred_no_trace", 9)], settings) == [
+        "no trace for rank 3: the job ended while collectives recorded in the window were still in flight, and "
+        "stopping torch's profiler then can crash the job: it was left running; optimizer steps seen: 9"]

@@ -1,5 +1,5 @@
-"""settle.py's pieces (thread states, the bounded wait, Gloo workers by name), which tools/abort_repro.py uses to
-measure the profiler-stop race of recorded Gloo jobs. The session does not call it (see settle.py)."""
+"""settle.py's pieces (thread states, the bounded wait, Gloo workers by name): the session's stop reads the
+workers' states through inflight.py; the bounded wait is tools/abort_repro.py's REPRO_SETTLE arm."""
 
 from __future__ import annotations
 

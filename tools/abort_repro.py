@@ -33,6 +33,34 @@ With the fix (413602d), the real pipeline as test_record_faults runs it (commpro
 toy_train.py --steps 8), two jobs at once beside a busy loop: 130 jobs, 0 aborts (the failure was ~1 in 125
 jobs before: too few jobs to call it fixed). stall_ms.settle there: 0.26-0.54 ms.
 
+Measured 2026-12-06, same machine and settings (--windows 100 --parallel 2 --load 1), with ``commprof record``'s
+own stop: REPRO_SESSION=1 (one RankSession per window: the global step hook, trace export and gzip, Flight
+Recorder dump; TORCH_FR_BUFFER_SIZE=20000 as record sets it). The fix (3969bd4, commprof/record/rank/inflight.py):
+the stop waits, at most 250 ms after the last ProfilerStep marker has closed, until the Gloo works issued while
+recording are is_completed() and every Gloo worker thread has been seen asleep; else collection pauses and the
+stop waits for a later step ("deferred"). "lost": windows without a trace. "wait": the longest stall_ms.stop_wait.
+
+    python tools/abort_repro.py --jobs 13 --windows 100 --parallel 2 --load 1 \
+        REPRO_SESSION=1 REPRO_DDP=0 REPRO_INFLIGHT=0 REPRO_HOOKOPS=64 REPRO_NUMEL=16 TORCH_FR_BUFFER_SIZE=20000
+
+    in flight (HOOKOPS=64), before the fix (56e7b82)   6 aborts / 791 stops (6 jobs, every one: SIGSEGV
+                                                      in the stop, _disable_profiler <- stop_trace <- step)
+    in flight, the fix turned off (REPRO_UNGATED=1)   4 / 1348 (6 jobs)
+    in flight, the fix                                0 / 5200 (13 jobs; 4982 deferred, 0 lost, wait <= 417 ms:
+                                                      64 such all_reduces take 300-450 ms on this machine
+                                                      even without the profiler)
+    HOOKOPS=8, the fix                                0 / 2400 (6 jobs; 19 deferred, 0 lost, wait <= 272 ms)
+    DDP + 1 async all_reduce across every step        0 / 2400 (6 jobs; 0 deferred, wait <= 142 ms)
+    DDP + 8 hook all_reduces, REPRO_NICE=1            0 / 2400 (6 jobs; 1158 deferred, 0 lost, wait <= 319 ms)
+    DDP only (REPRO_INFLIGHT=0), REPRO_NICE=1         0 / 3200 (8 jobs; 0 deferred, wait <= 27 ms)
+
+Rows from "in flight, the fix" down run with the fix (the 5,200 at 3969bd4, the others at f2169ec: the same
+stop); the DDP rows leave REPRO_NUMEL at 4096. Each row is the command above with its switches.
+
+tests/test_numbers_torchrun.py with the fix: stall_ms.stop_wait 0.3-5.3 ms (median 0.55) on its 16 ranks, never
+deferred; the last recorded step against the job's own clock: median over ranks -0.19 to +0.16 ms (bound 3 ms).
+The minimal reproducer in docs/torch-profiler-gloo-race.md (no commprof): 6 of 6 jobs lost a rank (SIGSEGV).
+
 Every abort during a run is in the profiler stop (faulthandler: torch/autograd/profiler.py:434
 _disable_profiler <- profiler.py:399 stop_trace <- step) or, with the stop done, in a Gloo worker:
 SIGSEGV, "malloc_consolidate(): unaligned fastbin chunk detected", "Fatal Python error: Aborted".
@@ -60,7 +88,15 @@ def busy() -> None:
         pass
 
 
-def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tuple[int, int, str, bool]:
+def session_counts(out: str) -> tuple[int, int, float]:
+    """REPRO_SESSION ranks' deferred stops, windows without a trace, longest wait before a stop (ms)."""
+    deferred = sum(int(m) for m in re.findall(r"deferred=(\d+)", out))
+    lost = sum(int(m) for m in re.findall(r"lost=(\d+)", out))
+    wait_ms = max((float(m) for m in re.findall(r"wait_ms=([\d.]+)", out)), default=0.0)
+    return deferred, lost, wait_ms
+
+
+def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tuple[int, int, str, bool, str]:
     port = 29500 + (os.getpid() * 7 + index * 13) % 20000
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4",
            "--master-addr", "127.0.0.1", "--master-port", str(port), str(RANK_SCRIPT)]
@@ -77,7 +113,7 @@ def run_job(env: dict[str, str], windows: int, log_dir: Path, index: int) -> tup
         aborted = max(aborted, 1)
     # every rank printed its count: it died at exit (destroy_process_group, interpreter teardown), not at a stop
     at_exit = bool(aborted) and len(re.findall(r"stops=", out)) == 4
-    return stops, aborted, ",".join(died), at_exit
+    return stops, aborted, ",".join(died), at_exit, out
 
 
 def main() -> None:
@@ -101,14 +137,17 @@ def main() -> None:
     for proc in loaders:
         proc.start()
     started = time.monotonic()
-    stops = aborts = exit_aborts = jobs = 0
+    stops = aborts = exit_aborts = jobs = deferred = lost = 0
+    wait_ms = 0.0
     kinds: list[str] = []
     try:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(args.parallel) as pool:
-            for s, a, k, at_exit in pool.map(lambda i: run_job(env, args.windows, log_dir, i), range(args.jobs)):
+            for s, a, k, at_exit, out in pool.map(lambda i: run_job(env, args.windows, log_dir, i), range(args.jobs)):
                 stops += s
+                d, lo, w = session_counts(out)
+                deferred, lost, wait_ms = deferred + d, lost + lo, max(wait_ms, w)
                 if at_exit:
                     exit_aborts += a
                 else:
@@ -120,7 +159,8 @@ def main() -> None:
         for proc in loaders:
             proc.terminate()
     arm = " ".join(args.assign) or "(defaults)"
-    print(f"arm: {arm} | stops={stops} aborts={aborts} exit_aborts={exit_aborts} jobs={jobs} load={args.load} "
+    session = f" deferred={deferred} lost={lost} max_wait_ms={wait_ms:.1f}" if "REPRO_SESSION=1" in args.assign else ""
+    print(f"arm: {arm} | stops={stops} aborts={aborts} exit_aborts={exit_aborts}{session} jobs={jobs} load={args.load} "
           f"exitcodes={kinds} wall={time.monotonic() - started:.0f}s logs={log_dir}", flush=True)
 
 

@@ -22,8 +22,19 @@ on_trace_ready), ``REPRO_WINDOWS`` times per job. Switches (environment, 0/1):
                   e.g. between a collective's future completing and its profiler event ending (default 0)
   REPRO_ANNOTATE  commprof's Annotator wraps ProcessGroup calls while recording (default 0)
   REPRO_EXPORT    on_trace_ready exports a chrome trace to /tmp (default 0)
+  REPRO_SESSION   commprof's own rank session opens and closes the windows instead of the script: one
+                  ``RankSession`` per window (wait 1, warmup 1, active 3, Flight Recorder as the environment
+                  says), so the stop is ``commprof record``'s own, trace export included; REPRO_HOOKOPS are
+                  issued from the optimizer's own post-step hook (it runs before commprof's global one) on the
+                  step whose end stops the profiler; REPRO_SHAPES, REPRO_ANNOTATE, REPRO_EXPORT and
+                  REPRO_SETTLE do not apply (default 0)
+  REPRO_UNGATED   with REPRO_SESSION: the session stops the profiler without waiting for the collectives
+                  it recorded (commprof/record/rank/inflight.py's wait answers "quiet" at once), as before
+                  the fix (default 0)
 
-Prints ``stops=<n>`` per rank at the end.
+Prints ``stops=<n>`` per rank at the end (with REPRO_SESSION also ``deferred=<n>``: windows whose stop waited
+for a later step, ``lost=<n>``: windows that ended without a trace, ``wait_ms=<max>``: the longest wait
+before a stop).
 """
 
 from __future__ import annotations
@@ -137,7 +148,6 @@ def main() -> None:
         else:
             sync(prof)
 
-    register_optimizer_step_post_hook(hook)
     x = torch.randn(8, 64)
     hookops = int(os.environ.get("REPRO_HOOKOPS", "0"))
     hookwait = os.environ.get("REPRO_HOOKWAIT", "after")
@@ -145,6 +155,10 @@ def main() -> None:
     spares = [torch.ones(numel) for _ in range(nops)]
     hook_tensors.extend(torch.ones(numel) for _ in range(hookops))
     steps = windows * 5
+    if flag("REPRO_SESSION", "0"):
+        session_loop(model, opt, x, spares if inflight else [], hook_tensors, windows, rank)
+        return
+    register_optimizer_step_post_hook(hook)
     for _ in range(steps):
         loss = model(x).sum()
         loss.backward()
@@ -154,6 +168,75 @@ def main() -> None:
         for work in works:
             work.wait()
     print(f"rank {rank} stops={state.stops}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(0)
+
+
+PERIOD = 8  # steps per window in REPRO_SESSION: 5 for the window (wait 1, warmup 1, active 3), 3 to spare
+
+
+def session_loop(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, spares: list[torch.Tensor],
+                 hook_tensors: list[torch.Tensor], windows: int, rank: int) -> None:
+    """The windows opened and closed by commprof's RankSession, one session per window, as ``commprof
+    record`` runs it (its global optimizer post-step hook; the trace exported and gzipped; Flight Recorder
+    dumped when TORCH_FR_BUFFER_SIZE is set). A session starts every PERIOD steps (when the last one is
+    over): its stop is due at the end of the period's 5th step, whose optimizer hook issues the hook ops on
+    every rank alike (a stop that waits for a later step changes no collective the ranks issue)."""
+    import shutil
+
+    from commprof.record.rank.config import RankConfig, WindowSettings
+    from commprof.record.rank.identity import RankIdentity
+    from commprof.record.rank.session import DONE, RankSession
+
+    if flag("REPRO_UNGATED", "0"):
+        from commprof.record.rank import inflight
+
+        inflight.InFlight.wait_quiet = lambda self, max_s: (None, 0.0)  # type: ignore[method-assign]
+    identity = RankIdentity(rank=rank, local_rank=rank, world_size=dist.get_world_size(),
+                            local_world_size=dist.get_world_size(), node_rank=0, restart_count=0,
+                            single_process=False)
+    root = tempfile.mkdtemp(prefix=f"repro-session-r{rank}-")
+    settings = WindowSettings(wait=1, warmup=1, active=3)
+    opened: list[RankSession] = []
+    pending: list[Any] = []
+    step = 0
+
+    def issue_before_stop(*_: object) -> None:  # the optimizer's own hook: runs before commprof's global one
+        if step % PERIOD == 4:
+            pending.extend(dist.all_reduce(t, async_op=True) for t in hook_tensors)
+
+    opt.register_step_post_hook(issue_before_stop)
+    counts = {"stops": 0, "deferred": 0, "lost": 0}
+    wait_ms = 0.0
+    for step in range(windows * PERIOD):  # noqa: B007 (the hook reads it)
+        last = opened[-1] if opened else None
+        if last is not None and last.state == DONE:
+            last.prof = None  # the finished window's events
+        if step % PERIOD == 0 and (last is None or last.state == DONE):
+            session = RankSession(torch, RankConfig(os.path.join(root, f"w{len(opened)}"), settings), identity)
+            session.activate()
+            opened.append(session)
+        loss = model(x).sum()
+        loss.backward()
+        works = [dist.all_reduce(t, async_op=True) for t in spares]
+        opt.step()
+        opt.zero_grad()
+        for work in works + pending:
+            work.wait()
+        pending.clear()
+    for session in opened:
+        if session.state != DONE:
+            continue
+        window = session.sidecar.window
+        counts["stops"] += 1
+        counts["deferred"] += window.get("stop_deferred") is not None
+        counts["lost"] += session.trace.export_ms is None
+        wait_ms = max(wait_ms, float((window.get("stall_ms") or {}).get("stop_wait") or 0.0))
+        session.trace.wait()
+    print(f"rank {rank} stops={counts['stops']} deferred={counts['deferred']} lost={counts['lost']} "
+          f"wait_ms={wait_ms:.1f}", flush=True)
+    shutil.rmtree(root, ignore_errors=True)
     dist.barrier()
     dist.destroy_process_group()
     sys.exit(0)

@@ -265,7 +265,10 @@ def window_warnings(sidecars: list[dict[str, Any]], settings: RecordSettings, di
         "killed_during_warmup": "the rank was killed during the window's warm-up",
         "killed_during_active_no_trace": "the rank was killed while recording with its training thread blocked "
                                          "(a hang?), and only that thread can stop the profiler; its Flight "
-                                         "Recorder dump says which collective it waited in",
+                                         "Recorder dump says which collective it waited in (or collectives "
+                                         "it recorded were still in flight: see its trace_lost)",
+        "stop_deferred_no_trace": "the job ended while collectives recorded in the window were still in flight, "
+                                  "and stopping torch's profiler then can crash the job: it was left running",
     }
     out = []
     for status, ranks in sorted(by_status.items()):

@@ -9,7 +9,8 @@ around the call, and put back when the window closes: outside the window nothing
 Every Python path ends in these methods (``dist.all_reduce``, ``dist.send``, ``batch_isend_irecv``,
 DeviceMesh, FSDP2), whatever name the user imported them under. C++ callers (DDP's reducer,
 functional collectives) bypass them; their Gloo ops run on the group's worker threads, which
-``groups.GroupThreads`` maps instead. Values are percent-encoded (``%``, ``;``, ``=``).
+``groups.GroupThreads`` maps instead. Values are percent-encoded (``%``, ``;``, ``=``). What each call returns
+(its ``Work``) goes to ``track``, so that the profiler stops only once those collectives have ended (inflight.py).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class Annotator:
         # time-based windows: called before every communication call, may start or stop the window
         self.tick: Callable[[], None] | None = None
         self.annotating = False
+        # while annotating: called with the group and what the call returned (its Work), see inflight.py
+        self.track: Callable[[Any, Any], None] | None = None
 
     @property
     def installed(self) -> bool:
@@ -122,7 +125,14 @@ class Annotator:
                 return original(pg, *args, **kwargs)
             owner.calls += 1
             with record_function(name):
-                return original(pg, *args, **kwargs)
+                result = original(pg, *args, **kwargs)
+            track = owner.track
+            if track is not None:
+                try:
+                    track(pg, result)
+                except Exception:  # bookkeeping only: the call's result goes back to the training
+                    pass
+            return result
 
         return annotated
 

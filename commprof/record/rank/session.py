@@ -12,6 +12,11 @@ the one that ends with optimizer step N+1.
 Time mode (``--start-after``/``--duration``): the profiler is bound to the thread that starts it, so
 the window opens and closes at the first optimizer step or communication call of the training thread
 after the deadline.
+
+The stop: torch's profiler stop frees every thread's event queue, while a Gloo worker thread may still end a
+recorded collective's event in it (a crash: inflight.py). So the profiler stops only once nothing it recorded
+is in flight, waiting a bounded time after the last recorded step's marker has closed; otherwise the stop is
+due: collection pauses and the stop is tried again at the next steps (or ticks), and at exit.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from . import flight, signals
+from . import flight, inflight, signals
 from . import windows as win
 from .annotate import Annotator
 from .config import RankConfig
@@ -69,6 +74,14 @@ class RankSession:
         self._profiler_guard = ProfilerEntryGuard(lambda: self._internal, self._user_profiler_starts)
         self.trace = TraceWriter(self.sidecar, self._warn)
         self.fr_enabled = self.window.flight_recorder and flight.buffer_size() > 0
+        self.inflight = inflight.InFlight()
+        if self.annotator is not None:
+            self.annotator.track = self.inflight.track
+        self._stop_due: int | None = None  # optimizer step at which a stop was due and not made
+        self._collection_paused = False
+        self._stop_tries = 0
+        self._stop_wait_s = 0.0
+        self._activities: list[Any] = []
         # repeating windows (record --every / --on-demand): each in windows/step-<S>/, a run directory of its own;
         # while one is open, sidecar/paths/trace are the window's, the run-level ones wait in _run_files
         self.config = config
@@ -151,13 +164,24 @@ class RankSession:
         if self.state not in (WARMUP, ACTIVE):
             return
         stall_started = time.perf_counter()
+        if self._stop_due is not None or self._last_recorded_step():
+            self._end_window(stall_started)
+            return
+        self.inflight.prune()  # what the training has let go of is not kept until the stop
         with self._as_internal():
             self.prof.step()
-        if self.trace.export_ms is not None or self._recording_over():
-            self._stop_profiler()  # closes the last ProfilerStep marker; the trace is already out
-            self._close_window(stall_started)
+        if self.trace.export_ms is not None or self._recording_over():  # a schedule that ended on its own
+            self._end_window(stall_started)
         else:
             self._sync_state()
+
+    def _last_recorded_step(self) -> bool:
+        actions = importlib.import_module("torch.profiler").ProfilerAction
+        return self.state == ACTIVE and bool(self.prof.current_action == actions.RECORD_AND_SAVE)
+
+    def _end_window(self, stall_started: float) -> None:
+        if self._stop_profiler():
+            self._close_window(stall_started)
 
     def _guarded_tick(self) -> None:
         if os.getpid() != self._pid:
@@ -183,10 +207,9 @@ class RankSession:
                                               unit="time"))
         elif self.state == WAITING and now - self._started >= start_after:
             self._open_window()
-        elif self.state == ACTIVE and now - self._window_opened >= (self.window.duration_s or 0.0):
-            stall_started = time.perf_counter()
-            self._stop_profiler()
-            self._close_window(stall_started)
+        elif self.state == ACTIVE and (self._stop_due is not None
+                                       or now - self._window_opened >= (self.window.duration_s or 0.0)):
+            self._end_window(time.perf_counter())
 
     # ---- window ------------------------------------------------------------------------------
 
@@ -238,7 +261,10 @@ class RankSession:
             with self._as_internal():
                 prof.start()
         self.prof = prof
+        self._activities = activities
         self._window_opened = time.monotonic()
+        # a repeating window starts with the stop's own state afresh (the last window's stop may have been deferred)
+        self._stop_due, self._collection_paused, self._stop_tries, self._stop_wait_s = None, False, 0, 0.0
         window = self.sidecar.window
         window["activities"] = [str(a).split(".")[-1].lower() for a in activities]
         window["opened_at_optimizer_step"] = self.steps
@@ -288,6 +314,8 @@ class RankSession:
             window["last_profiler_step"] = max(last, window.get("first_profiler_step") or 0)
         if self.annotator is not None:
             window["annotated_calls"] = self.annotator.calls
+        if self._stop_due is not None:
+            window["stop_deferred"] = {**window["stop_deferred"], "stopped_at_optimizer_step": self.steps}
         after_trace = time.perf_counter()
         self._dump_flight_recorder()
         after_fr = time.perf_counter()
@@ -303,6 +331,7 @@ class RankSession:
             "stop_and_export": round((after_trace - stall_started) * 1e3, 3),
             "export": round(trace.export_ms or 0.0, 3),
             "flight_recorder": round((after_fr - after_trace) * 1e3, 3),
+            "stop_wait": round(self._stop_wait_s * 1e3, 3),
         }
         sidecar.write()
         if self._run_files is not None:
@@ -419,21 +448,74 @@ class RankSession:
         for writer in (*self._writers, self.trace):
             writer.wait(timeout_s=timeout_s)
 
-    def _stop_profiler(self) -> None:
-        """The one place the profiler is stopped (the trace, when the schedule made one, is out by then)."""
+    def _stop_profiler(self, force: bool = False, last_try: bool = False) -> bool:
+        """The one place the profiler is stopped, and the trace exported when the window ran its course. Only
+        once nothing recorded is in flight (inflight.py), waiting for that a bounded time after the last
+        ProfilerStep marker has closed (the wait is no recorded step's). False when not stopped: the stop is due,
+        collection paused, tried again later. ``force``: stop after the wait whatever is in flight (the
+        script's own profiler is starting: it cannot while ours runs); ``last_try`` (exit, signal): wait
+        however many tries came before."""
+        prof = self.prof
+        marker = getattr(prof, "step_rec_fn", None)
+        if marker is not None:
+            marker.__exit__(None, None, None)
+            prof.step_rec_fn = None
+        if self.state == ACTIVE:  # warm-up records nothing: nothing of it is in flight
+            self._stop_tries += 1
+            if self._stop_due is not None and not self._collection_paused:
+                self.inflight.forget_workers()
+            waits = last_try or self._stop_tries <= inflight.WAITED_TRIES
+            busy, waited_s = self.inflight.wait_quiet(inflight.WAIT_MAX_S if waits else 0.0)
+            self._stop_wait_s += waited_s
+            if busy is not None and not force:
+                self._defer_stop(busy)
+                return False
+            if busy is not None:
+                self._warn(f"the profiler was stopped with {busy} (the script's own profiler starts): torch may "
+                           "crash ending their events")
+        actions = importlib.import_module("torch.profiler").ProfilerAction
         with self._as_internal(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.prof.stop()
+            if self.window.mode == "steps" and prof.current_action == actions.RECORD_AND_SAVE:
+                prof.step()  # the schedule's own end: the profiler stops, on_trace_ready exports the trace
+            prof.stop()
+        self.inflight.clear()
+        return True
 
-    def _stop_discarding(self) -> None:
+    def _defer_stop(self, busy: str) -> None:
+        """Not stopped: collection pauses (new events: none; the open ones end into queues nobody frees)."""
+        window = self.sidecar.window
+        if self._stop_due is None:
+            self._stop_due = self.steps
+            toggle = getattr(self.prof, "toggle_collection_dynamic", None)
+            if toggle is not None:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        toggle(False, self._activities)
+                    self._collection_paused = True
+                except Exception:
+                    pass
+            if self.annotator is not None and self._collection_paused:
+                self.annotator.annotating = False  # nothing recorded from now on: nothing new to track
+            window["stop_deferred"] = {"reason": busy, "due_at_optimizer_step": self.steps,
+                                       "stopped_at_optimizer_step": None,
+                                       "collection_paused": self._collection_paused}
+            self._warn(f"the profiler's stop waits for a later step: {busy} after "
+                       f"{self._stop_wait_s * 1e3:.0f} ms (stopping now could crash the job)")
+            self.sidecar.write()
+        else:
+            window["stop_deferred"] = {**window["stop_deferred"], "reason": busy}
+
+    def _stop_discarding(self, force: bool = False) -> None:
         self._discard = True
         if self.prof is not None:
             with contextlib.suppress(Exception):
-                self._stop_profiler()
+                self._stop_profiler(force=force)
 
     def _yield_to_user_profiler(self) -> None:
         try:
-            self._stop_discarding()
+            self._stop_discarding(force=True)
             self._finish(
                 "yielded_to_user_profiler",
                 "the script started its own torch profiler; commprof stopped its window for this rank",
@@ -454,9 +536,16 @@ class RankSession:
                 status = "ended_during_warmup"
             elif self.state == ACTIVE:
                 stall_started = time.perf_counter()
-                self._stop_profiler()
-                self._close_window(stall_started, status="ended_during_active")
-                flight_recorder_dumped = True
+                # a stop that was due closes a window that ran its course; one that cannot be made loses it
+                status = "complete" if self._stop_due is not None else "ended_during_active"
+                if self._stop_profiler(last_try=True):
+                    self._close_window(stall_started, status=status)
+                    status = None
+                else:
+                    self._discard = True
+                    self.sidecar.window["trace_lost"] = self._trace_lost()
+                    status = "stop_deferred_no_trace"
+                flight_recorder_dumped = status is None
             elif self.state == WAITING:
                 recorded = [w for w in self.sidecar.data.get("windows") or [] if w.get("trace")]
                 status = "ended_between_windows" if recorded else "ended_before_window"
@@ -487,18 +576,22 @@ class RankSession:
         recorded = any(w.get("trace") for w in self.sidecar.data.get("windows") or [])
         status = {WAITING: "killed_between_windows" if recorded else "killed_before_window",
                   WARMUP: "killed_during_warmup", ACTIVE: "killed_during_active"}.get(state)
+        stopped = False
+        stall_started = time.perf_counter()
         try:
-            if state == ACTIVE and on_owner_thread:
-                stall_started = time.perf_counter()
-                self._stop_profiler()
-                self._close_window(stall_started, status="killed_during_active")  # dumps Flight Recorder
+            if state == ACTIVE and on_owner_thread and self._stop_profiler(last_try=True):
+                stopped = True
+                # a stop that was due: the window ran its course
+                done = "complete" if self._stop_due is not None else "killed_during_active"
+                self._close_window(stall_started, status=done)
             elif status is not None:
                 if state == ACTIVE:
-                    window["trace_lost"] = "the training thread was blocked; only it can stop the profiler"
+                    window["trace_lost"] = (self._trace_lost() if on_owner_thread else
+                                            "the training thread was blocked; only it can stop the profiler")
                 self._discard = True  # a profiler stopped later (never, here) must not write half a trace
-                self._finish(status if on_owner_thread or state != ACTIVE else f"{status}_no_trace", None)
+                self._finish(status if state != ACTIVE else f"{status}_no_trace", None)
         finally:
-            if not (state == ACTIVE and on_owner_thread):
+            if not stopped:
                 self._dump_flight_recorder()
             self._wait_writers(timeout_s=signals.FLUSH_TIMEOUT_S / 2)
             self.sidecar.data["ended_at"] = utc_now_iso()
@@ -512,6 +605,10 @@ class RankSession:
             self._finish("failed", f"profiling failed ({type(err).__name__}: {err}); training continues without it")
         except Exception:
             self.state = DONE
+
+    def _trace_lost(self) -> str:
+        reason = (self.sidecar.window.get("stop_deferred") or {}).get("reason", "collectives in flight")
+        return f"the profiler was not stopped: {reason} (stopping it could crash the job)"
 
     def _warn(self, message: str) -> None:
         self.sidecar.data["warnings"].append(message)

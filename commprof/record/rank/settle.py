@@ -1,30 +1,12 @@
-"""Let Gloo's worker threads finish what they record before the profiler stops.
+"""Read whether this process's Gloo worker threads are on the CPU's run queue.
 
-torch's profiler stop (``_disable_profiler``: ``RecordQueue::getRecords``) takes every thread's event
-queue apart, frees included, without a lock. A Gloo collective issued while the profiler records carries
-the profiler's thread-local state to the group's worker thread (``pt_gloo_runloop``): the worker opens
-the collective's event there and closes it from the work's future callbacks, which run *after* the
-future is marked complete and its waiters are woken. A worker still writing into the queue the stop is
-freeing writes into freed heap, which glibc reports later ("malloc(): unsorted double linked list
-corrupted", SIGABRT) or a SIGSEGV: tools/abort_repro.py shows it with collectives still running across the
-stop (every job of that arm crashed; the same collectives waited for before the stop: 0 in 1,600 stops).
-The recorded jobs' rarer crash (~1 in 125 jobs, nothing issued across the stop) is taken to be the same
-race on its likeliest path, read from torch's source and not reproduced: DDP's reducer waits on those
-futures, so the training thread can reach the optimizer step, and our stop, while a worker (preempted on
-a busy machine) has yet to write that event's end.
-
-NOT CALLED BY THE SESSION: waiting here before the stop that ends a steps-mode window puts the
-wait inside the last recorded ProfilerStep, and a fresh-clone run of tests/test_numbers_torchrun.py saw that
-step 6-28 ms longer than the job's own clock on 2 of 4 ranks (the bound is 3 ms: issue 21 moved the profiler's
-stop out of the measured step for exactly this reason). The fix it was meant to be covers only the path inferred
-from torch's source, not the one the reproducer proves. tools/abort_repro.py's REPRO_SETTLE arm uses it.
-
-The idea: before a stop the training thread waits, at most ``SETTLE_MAX_S``, until this process's Gloo worker
-threads are all off the CPU's run queue (``/proc/self/task/<tid>/stat`` state other than ``R``): a worker
-with callbacks left to run is runnable; one waiting for its next work, or for its peers, sleeps. Nothing
-waits for another rank or takes a lock the training uses: at worst the stop comes ``SETTLE_MAX_S``
-later, on the step that already stalls for the stop and the export. A collective still in flight
-across the stop (issued while recording, waited for after it) is not covered: only torch can fix that.
+The session's stop (inflight.py) uses ``gloo_workers`` and ``thread_state``: a worker with a collective's end
+left to run is runnable (``R`` in ``/proc/self/task/<tid>/stat``); one waiting for its next work, or for its
+peers, sleeps. ``settle`` (wait, bounded, until none is runnable) is the earlier, partial fix, kept for
+tools/abort_repro.py's REPRO_SETTLE arm: called right before the stop that ends a steps-mode window it put
+the wait inside the last recorded ProfilerStep (6-28 ms longer than the job's own clock on 2 of 4 ranks of
+tests/test_numbers_torchrun.py, bound 3 ms), and it does not cover collectives still in flight across the
+stop (3 aborts in 504 stops). inflight.py waits after the marker has closed, and for those too.
 """
 
 from __future__ import annotations

@@ -78,6 +78,7 @@ class Sidecar:
                 "opened_at_optimizer_step": None,
                 "annotated_calls": 0,
                 "stall_ms": None,
+                "stop_deferred": None,
                 "trace_bytes": None,
                 "gzip_ms": None,
             },

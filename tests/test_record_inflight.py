@@ -42,6 +42,20 @@ class Work:
     def is_completed(self) -> bool:
         return self.done
 
+    def get_future(self) -> object:
+        return object()
+
+
+class NoFuture(Work):
+    """Gloo's reduce_scatter_tensor work: is_completed() stays False after wait(), and it has no future."""
+
+    def get_future(self) -> object:
+        raise RuntimeError("get_future is not supported for this work")
+
+
+def test_a_work_without_a_future_is_left_to_the_workers_check() -> None:
+    assert inflight.completed(NoFuture()) and not inflight.completed(Work())
+
 
 class Broken:
     def is_completed(self) -> bool:

@@ -53,25 +53,50 @@ def with_configured(flags: tuple[Declared, ...], config: Path | None = None,
 
 
 def configured(config: Path | None = None, cwd: Path | None = None) -> tuple[Declared, ...]:
-    """``[[comm_kernel]]`` of the config file; a wrong entry is an error naming the file and line."""
+    """``[[comm_kernel]]`` of the config file; a wrong entry is an error naming the file and line. Read with tomllib
+    alone: a command that finds no entry imports nothing more (``check``'s rules pull the analyzers in)."""
     folder = cwd or Path.cwd()
-    if config is None and not (folder / "commprof.toml").is_file() and not (folder / "pyproject.toml").is_file():
-        return ()  # the usual case, without importing the config's reader
-    from commprof.check import config as check_config
-
     if config is not None:
-        if not config.is_file():
-            return ()  # check says so itself, with its own message
-        data, text = check_config._read_toml(config)
-        if config.name == "pyproject.toml":
-            data = data.get("tool", {}).get("commprof", {})
-        found: tuple[Path, dict[str, Any], str] | None = (config, data, text)
+        candidates = [config] if config.is_file() else []  # a missing --config: check says so itself
     else:
-        found = check_config.find_config(folder)
-    if found is None or "comm_kernel" not in found[1]:
-        return ()
-    path, data, text = found
-    return from_entries(data["comm_kernel"], check_config._Source(path, text))
+        candidates = [c for c in (folder / "commprof.toml", folder / "pyproject.toml") if c.is_file()][:1]
+    for path in candidates:
+        data, text = _read(path)
+        if path.name == "pyproject.toml":
+            data = data.get("tool", {}).get("commprof", {}) if isinstance(data.get("tool"), dict) else {}
+            if not isinstance(data, dict):
+                return ()
+        if "comm_kernel" in data:
+            return from_entries(data["comm_kernel"], _Where(path, text))
+    return ()
+
+
+class _Where:
+    """The file the entries come from (errors name it and the line)."""
+
+    def __init__(self, path: Path | None, text: str | None = None) -> None:
+        self.path, self.text = path, text
+
+    def error(self, message: str, key: str | None = None) -> Exception:
+        from commprof.errors import CommprofError
+
+        return CommprofError(message, self.path) if self.path is not None else CommprofError(message)
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str]:
+    from commprof.errors import CommprofError
+
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        text = path.read_text(encoding="utf-8")
+        return tomllib.loads(text), text
+    except (OSError, UnicodeDecodeError) as err:
+        raise CommprofError(f"cannot read the config: {getattr(err, 'strerror', None) or err}", path) from None
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as err:
+        raise CommprofError(f"not valid TOML: {err}", path) from None
 
 
 def from_entries(value: Any, source: Any) -> tuple[Declared, ...]:
@@ -102,7 +127,7 @@ def from_entries(value: Any, source: Any) -> tuple[Declared, ...]:
 
 def _entry_error(source: Any, number: int, message: str) -> Exception:
     """An error naming the file and the line of the ``number``-th ``[[comm_kernel]]`` table."""
-    from commprof.check.config import ConfigError
+    from commprof.errors import CommprofError as ConfigError
 
     headers = [i for i, line in enumerate((source.text or "").splitlines(), start=1)
                if re.match(r"\s*\[\[\s*(?:tool\.commprof\.)?comm_kernel\s*\]\]", line)]

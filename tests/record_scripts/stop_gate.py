@@ -43,6 +43,9 @@ class Work:
     def is_completed(self) -> bool:
         return self.done.is_set()
 
+    def get_future(self) -> object:  # a work with a future reports its completion (inflight.completed)
+        return object()
+
 
 def run(case: str, root: Path) -> dict[str, Any]:
     session = RankSession(torch, RankConfig(str(root / case), WindowSettings(wait=1, warmup=1, active=3,

@@ -75,11 +75,21 @@ def _is_log(path: Path) -> bool:
                 block = f.read(SNIFF_BYTES)
     except (OSError, EOFError, zlib.error):
         return False
-    return _is_paste(path)
+    return _is_paste(path, head)
 
 
-def _is_paste(path: Path) -> bool:
+# words every bare message scan.is_paste counts holds one of (patterns.BARE_MESSAGE): a file without any of them in
+# its head is no paste, decided without importing the parser's compiled patterns (a warm analyze of a run that holds
+# some other text file stays light: tests/test_warm_imports.py)
+_PASTE_WORDS = (b"Channel ", b"Ring ", b"Tree", b"comm 0x", b"nccl", b"NET/", b"Using network", b"Connected ",
+                b"coll channels", b"Pattern ", b"NVLS", b"Bootstrap", b"cudaDriverVersion", b"Setting affinity",
+                b"P2P Chunksize", b"NCCL_", b"Init timings", b"opCount", b"Bytes -> Algo", b"=== System")
+
+
+def _is_paste(path: Path, head: bytes = b"") -> bool:
     """A log pasted without its prefixes carries no marker; its messages still read as NCCL's (``scan``)."""
+    if head and b"\0" not in head[:64] and not any(word in head for word in _PASTE_WORDS):
+        return False
     from commprof.ingest.nccl_logs.scan import is_paste
 
     try:

@@ -51,6 +51,7 @@ PG_METHODS: dict[str, tuple[str, int | None]] = {
     "monitored_barrier": ("monitored_barrier", None),
 }
 _PEER_KEYWORDS = ("dstRank", "srcRank")
+POINT_TO_POINT = frozenset({"send", "recv"})
 
 
 def escape(value: str) -> str:
@@ -127,7 +128,9 @@ class Annotator:
             with record_function(name):
                 result = original(pg, *args, **kwargs)
             track = owner.track
-            if track is not None:
+            # point-to-point works end their profiler event in wait(), on the thread that waits (the training's,
+            # which is also the one that stops the profiler), and Gloo's never report is_completed(): not tracked
+            if track is not None and op not in POINT_TO_POINT:
                 try:
                     track(pg, result)
                 except Exception:  # bookkeeping only: the call's result goes back to the training

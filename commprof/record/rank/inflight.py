@@ -16,7 +16,9 @@ What cannot be avoided inside torch is avoided from outside, before every stop (
   wraps hands its ``Work`` here; not NCCL's, whose events end on the issuing thread at the call): each must
   be ``is_completed()``. ``Work::finish`` sets the flag and runs the event's end under the work's mutex, and
   ``is_completed`` reads the flag under it: true means the event has ended. (Send and recv works end their
-  event in ``wait()``, on the waiting thread: they count until the training has waited for them.)
+  event in ``wait()``, on the waiting thread, the training's, which is the thread that stops the profiler; and
+  Gloo's never report ``is_completed()``, waited or not: they are not tracked, annotate.POINT_TO_POINT. A job
+  of blocking sends and receives lost every trace that way: tests/test_classify_torchrun.py's mesh job.)
 - Collectives issued from C++ (DDP's reducer, functional collectives) are not seen. DDP waits for its
   buckets' futures before the optimizer step, i.e. before ``finish`` has run; a worker with ``finish`` to run
   is runnable, one waiting for work (or for its peers) sleeps: every Gloo worker thread must have been seen
@@ -63,9 +65,17 @@ def tracked_backend(pg: Any) -> bool:
 
 def completed(work: Any) -> bool:
     try:
-        return bool(work.is_completed())
+        if work.is_completed():
+            return True
     except Exception:
         return True  # a work that cannot say is not waited for (the stop would never come)
+    try:
+        work.get_future()
+    except Exception:
+        # a work without a future (Gloo's reduce_scatter_tensor) never reports completion, waited or not: left to
+        # the check that every Gloo worker has been seen asleep, as collectives issued from C++ are
+        return True
+    return False
 
 
 class InFlight:

@@ -172,10 +172,12 @@ class Run:
         rank alone: the group's ranks are then the union of what every rank says."""
         if not self.rank_files:
             return pl.DataFrame(schema=PROCESS_GROUPS)
+        traces = [(rf.entry, rf.meta) for rf in self.rank_files]
         merged = (
-            # a row listed alike by many ranks once (every trace lists the default group's every rank: 5,000
-            # ranks make 25M items to explode below); the first of each stays, in order, so nothing else changes
-            self._scan("process_groups").unique(maintain_order=True).collect()
+            # a row listed alike by many ranks once, read file by file (every trace lists the default group's
+            # every rank: 16,384 ranks make 268M items); the first of each stays, in order
+            store.distinct_rows(self.ingested.cache, "process_groups", traces,
+                                lambda frame: self._united(frame.lazy(), "process_groups").collect())
             .with_columns(pl.col("ranks").list.len().alias("_n"))
             .sort("_n", descending=True, maintain_order=True)  # ties in rank order: the same page every time
             .group_by("pg", maintain_order=True)
@@ -236,7 +238,7 @@ def _uncounted(rank_files: list[RankFile]) -> tuple[tuple[int, str, int, int, in
                  and all(type(v) is int for v in row[1:]))
 
 
-def _rank_ends(sidecars: list[dict[str, Any]]) -> tuple[tuple[int, str], ...]:
+def _rank_ends(sidecars: Iterable[dict[str, Any]]) -> tuple[tuple[int, str], ...]:
     """How each rank's process ended, as its sidecar says (RunFacts.rank_ends)."""
     ends = {}
     for sc in sidecars:

@@ -4,6 +4,8 @@ written by hand or half by a dying rank must not become a traceback in the Gloo 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 MAX_RANK = 1 << 24
@@ -50,3 +52,72 @@ def clean_sidecar(data: Any, name: str) -> tuple[dict[str, Any] | None, list[str
     if groups is not None:
         out["process_groups"] = kept
     return out, problems
+
+
+def decode_sidecar(raw: bytes) -> Any:
+    """A sidecar's JSON: msgspec (several times faster than json on the long member lists), json where
+    msgspec refuses what json reads (NaN, integers past 64 bits). Raises ValueError where neither reads it."""
+    import msgspec
+
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return json.loads(raw)
+
+
+def read_sidecar(path: str) -> dict[str, Any] | None:
+    """One sidecar file read and cleaned (its problems were reported where the run's sidecars were read)."""
+    try:
+        with open(path, "rb") as fh:
+            data = decode_sidecar(fh.read())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return clean_sidecar(data, path)[0]
+
+
+class SidecarIndex:
+    """The run's rank sidecars as read once by the commprof process: each one's identity and end (what the
+    run's facts use; no member lists) and where its file is. A parse task is sent this index, not the sidecars,
+    and reads only the one its trace needs: every sidecar lists its groups' members (16,384 of them for the
+    world group at 16,384 ranks), and sending them all to every task cost tasks x ranks x group size.
+
+    Iterating gives the slim sidecars in the order read. ``pick`` keeps the rule of a list of sidecars: the
+    first with the trace's rank, else the first with its OS pid."""
+
+    _SLIM = ("rank", "pid", "host", "window", "ended_at")
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.by_rank: dict[int, int] = {}
+        self.by_pid: dict[int, int] = {}
+        self._slim: list[dict[str, Any]] = []
+
+    def add(self, path: str, clean: dict[str, Any]) -> None:
+        index = len(self.paths)
+        self.paths.append(path)
+        if type(clean.get("rank")) is int:
+            self.by_rank.setdefault(clean["rank"], index)
+        if type(clean.get("pid")) is int:
+            self.by_pid.setdefault(clean["pid"], index)
+        self._slim.append({k: clean[k] for k in self._SLIM if k in clean})
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._slim)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __bool__(self) -> bool:
+        return bool(self.paths)
+
+    def __getstate__(self) -> dict[str, Any]:  # to a worker: the paths and the lookups only
+        return {"paths": self.paths, "by_rank": self.by_rank, "by_pid": self.by_pid}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.paths, self.by_rank, self.by_pid, self._slim = state["paths"], state["by_rank"], state["by_pid"], []
+
+    def pick(self, rank: int | None, pid: Any) -> dict[str, Any] | None:
+        index = self.by_rank.get(rank) if rank is not None else None
+        if index is None and type(pid) is int:
+            index = self.by_pid.get(pid)
+        return read_sidecar(self.paths[index]) if index is not None else None

@@ -23,6 +23,7 @@ import io
 import json
 import os
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,7 +38,7 @@ from commprof.ingest.common import comm_kernels
 from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
 from commprof.ingest.formats import RankTrace, extract, rank_from_file_name
-from commprof.ingest.rank_sidecar import clean_sidecar
+from commprof.ingest.rank_sidecar import SidecarIndex, clean_sidecar, decode_sidecar
 from commprof.ingest.runner import InProcess, Outcome, ProgressFn, Runner, guarded, make_runner, usable_cpus
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.safe_write import CACHE_HINT, WriteError, atomic_write_bytes
@@ -203,7 +204,7 @@ BATCH_MAX_BYTES = 4 << 20
 BATCH_ALONE_BYTES = 1 << 20
 
 
-def _extract_one(entry: FileEntry, sidecars: list[dict[str, Any]] | None,
+def _extract_one(entry: FileEntry, sidecars: SidecarIndex | None,
                  step_range: str | None, defer: bool = False) -> tuple[dict[str, Any], RankTrace | None]:
     """One trace: its meta and tables, or (a skipped entry, None)."""
     label = entry.label or str(entry.path)
@@ -247,7 +248,7 @@ def _batch_name(entries: list[FileEntry], metas: list[dict[str, Any]], salt: str
     return "batch-" + hashlib.sha1(f"{INGEST_VERSION}|{salt}|{key}".encode()).hexdigest()[:20]
 
 
-def parse_batch(entries: list[FileEntry], cache: Path, sidecars: list[dict[str, Any]] | None = None,
+def parse_batch(entries: list[FileEntry], cache: Path, sidecars: SidecarIndex | None = None,
                 step_range: str | None = None, salt: str = "",
                 declared: tuple[comm_kernels.Declared, ...] = ()) -> list[Outcome]:
     """Parse a batch of raw traces and write their tables (runs in a worker process): one Outcome per
@@ -303,7 +304,7 @@ def _write_tables(frames: dict[str, pl.DataFrame], name: str, cache: Path) -> st
     return None
 
 
-def parse_one(entry: FileEntry, cache: Path, sidecars: list[dict[str, Any]] | None = None,
+def parse_one(entry: FileEntry, cache: Path, sidecars: SidecarIndex | None = None,
               step_range: str | None = None) -> dict[str, Any]:
     """Parse one raw trace and write its tables (:func:`parse_batch` of one)."""
     outcome = parse_batch([entry], cache, sidecars, step_range)[0]
@@ -342,7 +343,7 @@ def _batches(weights: list[int], parallel: int) -> list[list[int]]:
     return out
 
 
-def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: list[dict[str, Any]],
+def _parse_all(todo: list[FileEntry], cache: Path, runner: Runner, sidecars: SidecarIndex,
                progress: ProgressFn | None, step_range: str | None = None, salt: str = "",
                declared: tuple[comm_kernels.Declared, ...] = ()) -> list[dict[str, Any]]:
     """Parse every trace on the runner, small ones several to a task. A file whose parse fails (corrupt
@@ -399,11 +400,12 @@ def _text_bytes(entry: FileEntry) -> int:
         return entry.size
 
 
-def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[list[dict[str, Any]], str]:
-    """The rank sidecars of a ``commprof record`` run (raw/ranks/rank-N.json of each node's run directory)
-    and a signature of their contents (part of the cache key: they change how Gloo ops are attributed).
-    Fields of the wrong shape are dropped, each with a line in ``problems``."""
-    sidecars, signature = [], []
+def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[SidecarIndex, str]:
+    """The rank sidecars of a ``commprof record`` run (raw/ranks/rank-N.json of each node's run directory),
+    as an index (commprof.ingest.rank_sidecar.SidecarIndex: what the run needs of each, where each is), and a
+    signature of their contents (part of the cache key: they change how Gloo ops are attributed). Fields of
+    the wrong shape are dropped, each with a line in ``problems``."""
+    sidecars, signature = SidecarIndex(), []
     problems = problems if problems is not None else []
     for run_dir in source.run_dirs:
         folder = run_dir / "raw" / "ranks"
@@ -414,18 +416,18 @@ def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[li
                 if regular_file_problem(path):
                     problems.append(f"{path}: {regular_file_problem(path)}; skipped")
                     continue
-                text = path.read_text()
-                data = json.loads(text)
+                raw = path.read_bytes()
+                data = decode_sidecar(raw)
             except (OSError, ValueError, RecursionError):
                 continue  # a rank killed while writing leaves no complete sidecar: its ops stay unattributed
             clean, dropped = clean_sidecar(data, str(path))
             problems.extend(dropped)
             if clean is not None:
-                sidecars.append(clean)
+                sidecars.add(str(path.absolute()), clean)
                 name = path.name if len(source.run_dirs) == 1 else str(path)
-                signature.append(f"{name}:{hashlib.sha1(text.encode()).hexdigest()}")
+                signature.append(f"{name}:{hashlib.sha1(raw).hexdigest()}")
     if not signature:
-        return [], ""
+        return sidecars, ""
     return sidecars, hashlib.sha1("|".join(signature).encode()).hexdigest()
 
 
@@ -498,7 +500,7 @@ class Ingested:
     # the ranks of those files: a trace of unknown rank is numbered as in the whole run (file order skips them)
     left_out_ranks: frozenset[int] = frozenset()
     problems: list[str] = field(default_factory=list)  # sidecar fields dropped, and why
-    sidecars: list[dict[str, Any]] = field(default_factory=list)  # the rank sidecars read (read_sidecars)
+    sidecars: SidecarIndex = field(default_factory=SidecarIndex)  # the rank sidecars read (read_sidecars)
 
     def meta_of(self, entry: FileEntry) -> dict[str, Any]:
         for e, meta in zip(self.entries, self.metas, strict=True):
@@ -649,6 +651,51 @@ def read_rows(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, A
         return whole  # every file whole, in order
     idx = np.concatenate([np.arange(a, a + n, dtype=np.int64) for a, n in spans]) if spans else np.zeros(0, np.int64)
     return whole.select(pl.all().gather(pl.Series(idx)))
+
+
+def distinct_rows(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, Any]]],
+                  prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None) -> pl.DataFrame:
+    """``read_rows(...)`` (each file through ``prepare``) then ``unique(maintain_order=True)``, without ever
+    holding more than one file and the distinct rows: every trace lists the members of its groups, so the
+    rows of all traces hold ranks x group size members (the world group alone 16,384 x 16,384 at 16,384
+    ranks), the distinct rows the sum of the group sizes. A file's rows are made distinct in polars (each with
+    its first place: trace, then row), then checked against the rows kept so far by hash and, on a hash seen
+    before, by value; a row's place is the first among all files."""
+    folder = cache / table
+    pieces: dict[str, list[tuple[int, tuple[int, int] | None]]] = {}
+    for pos, (entry, meta) in enumerate(traces):
+        pieces.setdefault(part_file(meta, entry.stem), []).append((pos, part_rows(meta, table)))
+    if not pieces:
+        raise ValueError("no traces")
+    kept: dict[int, list[list[Any]]] = {}  # hash -> [[place, row], ...] (rows of one hash differ in value)
+    schema: pl.Schema | None = None
+    for name, parts in pieces.items():
+        whole = _read_parquet(folder / f"{name}.parquet")
+        whole = prepare(whole) if prepare is not None else whole
+        schema = schema or whole.schema
+        frames = []
+        for pos, rows in parts:
+            part = whole if rows is None else whole.slice(rows[0], rows[1])
+            frames.append(part.with_columns(pl.lit(pos, pl.Int64).alias("_pos"),
+                                            pl.int_range(pl.len(), dtype=pl.Int64).alias("_row")))
+        file_rows = pl.concat(frames, how="vertical_relaxed").sort("_pos", "_row", maintain_order=True)
+        content = [c for c in file_rows.columns if c not in ("_pos", "_row")]
+        file_rows = file_rows.unique(subset=content, keep="first", maintain_order=True)
+        places = list(zip(file_rows["_pos"].to_list(), file_rows["_row"].to_list(), strict=True))
+        rows_only = file_rows.select(content)
+        for i, h in enumerate(rows_only.hash_rows().to_list()):
+            row = rows_only.slice(i, 1)
+            same = kept.setdefault(h, [])
+            match = next((k for k in same if k[1].equals(row)), None)
+            if match is None:
+                same.append([places[i], row])
+            elif places[i] < match[0]:
+                match[0] = places[i]
+    ordered = sorted((k for same in kept.values() for k in same), key=lambda k: k[0])
+    if not ordered:
+        return pl.DataFrame(schema=schema)
+    found: list[pl.DataFrame] = [k[1] for k in ordered]
+    return pl.concat(found, how="vertical_relaxed")
 
 
 def _read_parts(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, Any]]]

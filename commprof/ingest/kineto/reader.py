@@ -26,11 +26,15 @@ from commprof.ingest.kineto.prefetch import scanned
 from commprof.ingest.kineto.scan import KIND_TABLE, Scan
 from commprof.ingest.kineto.times import launches_of, name_ambiguous
 from commprof.ingest.kineto.times import step_marks as step_marks_of
+from commprof.ingest.rank_sidecar import SidecarIndex
 from commprof.ingest.schema import COLLECTIVES, INTERVALS
 
 
-def _pick_sidecar(sidecars: list[dict[str, Any]] | None, rank: int | None, pid: Any) -> dict[str, Any] | None:
+def _pick_sidecar(sidecars: SidecarIndex | list[dict[str, Any]] | None, rank: int | None,
+                  pid: Any) -> dict[str, Any] | None:
     """The ``commprof record`` sidecar of this trace's rank (same rank, else same OS pid)."""
+    if isinstance(sidecars, SidecarIndex):
+        return sidecars.pick(rank, pid)
     for sidecar in sidecars or []:
         if rank is not None and sidecar.get("rank") == rank:
             return sidecar
@@ -84,7 +88,7 @@ def stack(parts: list[pl.DataFrame | Columns]) -> pl.DataFrame:
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=True)
 
 
-def extract(path: Path, sidecars: list[dict[str, Any]] | None = None, label: str | None = None,
+def extract(path: Path, sidecars: SidecarIndex | list[dict[str, Any]] | None = None, label: str | None = None,
             defer: bool = False) -> RankTrace:
     """Stream one trace file into the rows it contributes to the run's tables. ``sidecars`` are the
     rank sidecars of a ``commprof record`` run (raw/ranks/*.json): they name the process group of

@@ -75,3 +75,22 @@ def test_parse_tasks_carry_where_the_sidecars_are_not_their_members(runs: dict[s
     # what the commprof process keeps of each: no member lists
     assert all("process_groups" not in s for s in sidecars)
     assert isinstance(sidecars, SidecarIndex)
+
+
+def test_leave_one_out_medians_equal_the_plain_computation() -> None:
+    """The straggler rule's excess from sorted columns: the same floats as deleting each rank in turn (ties,
+    even and odd group sizes, one step), without a (ranks, ranks - 1, steps) array."""
+    import numpy as np
+
+    from analyzers.lateness import _excess
+
+    def plain(table: np.ndarray) -> list[float]:
+        return [float(np.median(table[i] - np.median(np.delete(table, i, axis=0), axis=0)))
+                for i in range(table.shape[0])]
+
+    rng = np.random.default_rng(3)
+    for m in (2, 3, 4, 5, 8, 17, 64):
+        for n in (1, 2, 3, 20):
+            for trial in range(6):
+                table = (rng.integers(0, 4, (m, n)) * 1e6) if trial % 2 else rng.normal(size=(m, n)) * 1e7
+                assert _excess(table.astype(float)) == plain(table.astype(float))

@@ -43,12 +43,12 @@ def build_groups(cfg: SynthConfig) -> list[Group]:
     for dim in DIMS:
         if cfg.size(dim) < 2:
             continue
-        seen: set[tuple[int, ...]] = set()
+        covered: set[int] = set()  # a rank's group once: the groups' sizes in all, not ranks x group size
         for rank in range(cfg.world_size):
-            members = tuple(cfg.group(rank, dim))
-            if members in seen:
+            if rank in covered:
                 continue
-            seen.add(members)
+            members = tuple(cfg.group(rank, dim))
+            covered.update(members)
             desc = MEGATRON_DESC[dim] if cfg.group_names == "megatron" else f"mesh_{dim}"
             tier, hosts, slow = group_tier(cfg, members)
             out.append(Group(str(len(out)), desc, dim, members, tier, hosts, slow))
@@ -68,5 +68,3 @@ class GroupIndex:
     def of(self, rank: int, dim: str) -> Group | None:
         return self._by.get((rank, dim))
 
-    def member_of(self, rank: int) -> list[Group]:
-        return [g for g in self.groups if rank in g.ranks]

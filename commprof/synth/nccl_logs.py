@@ -103,10 +103,13 @@ class LogWriter:
     def init_comm(self, g: Group) -> None:
         n = g.size
         host_of = self.cfg.host
+        on_host: dict[str, list[int]] = {}  # the members of each host, in group order (one pass, not n x n)
+        for x in g.ranks:
+            on_host.setdefault(host_of(x), []).append(x)
         for i, r in enumerate(g.ranks):
             if self.v > (2, 18, 1):
                 self.emit(r, self.init_line(g, i, "START"))
-            local = [x for x in g.ranks if host_of(x) == host_of(r)]
+            local = on_host[host_of(r)]
             if self.at_least(2, 20, 0):
                 self.emit(r, f"comm {self.comm_ptr(g, r)} rank {i} nRanks {n} nNodes {len(g.hosts)} "
                              f"localRanks {len(local)} localRank {local.index(r)} MNNVL 0")

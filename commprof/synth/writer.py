@@ -30,9 +30,20 @@ def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _pg_config(groups: list[Group], rank: int) -> list[dict[str, Any]]:
+def _pg_config(groups: list[Group]) -> list[dict[str, Any]]:
+    """``distributedInfo.pg_config`` of a rank in ``groups`` (its own, groups_by_rank)."""
     return [{"pg_name": g.name, "pg_desc": g.desc, "backend_config": "cuda:nccl", "pg_size": g.size,
-             "ranks": list(g.ranks)} for g in groups if rank in g.ranks]
+             "ranks": list(g.ranks)} for g in groups]
+
+
+def groups_by_rank(groups: list[Group]) -> dict[int, list[Group]]:
+    """Each rank's groups, in creation order (one pass over the members: testing each rank against every
+    group's members cost ranks x groups x group size, hours at 16,384 ranks)."""
+    out: dict[int, list[Group]] = {}
+    for g in groups:
+        for r in g.ranks:
+            out.setdefault(r, []).append(g)
+    return out
 
 
 def smi_topo(cfg: SynthConfig) -> str:
@@ -111,6 +122,7 @@ class _TraceJob:
                  compresslevel: int) -> None:
         self.out, self.cfg, self.groups, self.lines, self.compresslevel = out, cfg, groups, lines, compresslevel
         self.algo: dict[tuple[str, int, int], str] = {}  # (op, bytes, size) -> RING / TREE: calls repeat
+        self.by_rank = groups_by_rank(groups)
 
     def algo_of(self, call: Any) -> str:
         key = (call.op, call.nbytes, len(call.ranks))
@@ -120,13 +132,14 @@ class _TraceJob:
 
     def __call__(self, rank: int) -> None:
         cfg, line = self.cfg, self.lines[rank]
-        trace = TraceWriter(cfg, rank, self.algo_of, _pg_config(self.groups, rank)).trace(line)
+        mine = self.by_rank.get(rank, [])
+        trace = TraceWriter(cfg, rank, self.algo_of, _pg_config(mine)).trace(line)
         # stdlib json writes floats that read back exactly; epoch µs need all 17 digits
         data = json.dumps(trace, separators=(",", ":")).encode()
         del trace
         path = self.out / "raw" / "traces" / f"rank-{rank}.json.gz"
         path.write_bytes(gzip.compress(data, compresslevel=self.compresslevel, mtime=0))
-        _write_json(self.out / "raw" / "ranks" / f"rank-{rank}.json", _sidecar(cfg, self.groups, rank, line))
+        _write_json(self.out / "raw" / "ranks" / f"rank-{rank}.json", _sidecar(cfg, mine, rank, line))
 
 
 def build_truth(cfg: SynthConfig, groups: list[Group], lines: dict[int, Timeline]) -> dict[str, Any]:
@@ -144,6 +157,7 @@ def build_truth(cfg: SynthConfig, groups: list[Group], lines: dict[int, Timeline
 
 
 def _sidecar(cfg: SynthConfig, groups: list[Group], rank: int, line: Timeline) -> dict[str, Any]:
+    """The rank's record sidecar; ``groups``: the rank's own (groups_by_rank)."""
     steps = [s for s, _ in line.marks]
     return {
         "schema_version": 1, "rank": rank, "local_rank": cfg.local_rank(rank), "world_size": cfg.world_size,
@@ -155,7 +169,7 @@ def _sidecar(cfg: SynthConfig, groups: list[Group], rank: int, line: Timeline) -
         "window": {"mode": "steps", "status": "complete", "first_profiler_step": steps[0] if steps else None,
                    "last_profiler_step": steps[-1] if steps else None, "activities": ["cpu", "cuda"]},
         "process_groups": [{"name": g.name, "desc": g.desc, "ranks": list(g.ranks), "size": g.size,
-                            "backend": "nccl", "worker_tids": []} for g in groups if rank in g.ranks],
+                            "backend": "nccl", "worker_tids": []} for g in groups],
         "files": {"sidecar": f"raw/ranks/rank-{rank}.json", "trace": f"raw/traces/rank-{rank}.json.gz"},
         "warnings": [],
     }

@@ -143,16 +143,24 @@ def synth(out: Path, nodes: int, gpus_per_node: int, layout: str, steps: int, mi
         click.echo("expected findings: " + ", ".join(f["id"] for f in truth["findings"]["expected"]))
 
 
+BIG_RUN_RANKS = 1024
+
+
 def _generate_whole(cfg: Any, out: Path) -> dict[str, Any]:
     """Generate into a hidden sibling folder renamed to OUT at the end: a full disk or a kill mid-way
     leaves no half run that a later analyze would read as a whole one."""
+    from commprof.ingest.runner import usable_cpus
     from commprof.safe_write import WriteError, remove_quietly, temporary_name
     from commprof.synth import generate
 
     out = out.absolute()
     staging = temporary_name(out)
     try:
-        truth = generate(cfg, staging, ["commprof", "synth", *sys.argv[2:]])
+        # big runs: the ranks' files written by one forked process per core, gzip at its fastest level (at
+        # 16,384 ranks level 6 and one process took over an hour; the contents are the same)
+        big = cfg.world_size >= BIG_RUN_RANKS
+        truth = generate(cfg, staging, ["commprof", "synth", *sys.argv[2:]], compresslevel=1 if big else 6,
+                         jobs=usable_cpus() if big else 1)
         if out.exists():
             out.rmdir()  # empty (checked above): a folder is only renamed over an empty one
         staging.rename(out)

@@ -161,7 +161,8 @@ class _Writer:
         calls = self._calls(rank)
         first_id = STEPS_BEFORE * len(self.schedule)
         entries = []
-        for i, (kind, seq, created, state) in enumerate(calls[-cfg.entries:], start=len(calls) - len(calls[-cfg.entries:])):
+        kept = calls[-cfg.entries:]
+        for i, (kind, seq, created, state) in enumerate(kept, start=len(calls) - len(kept)):
             pg, pg_id, tmpl = groups[kind]
             done = state == "completed"
             entries.append({**tmpl, "record_id": first_id + i, "pg_id": pg_id, "process_group": pg,
@@ -169,7 +170,7 @@ class _Writer:
                             "time_discovered_started_ns": created + 5_000 if done else None,
                             "time_discovered_completed_ns": created + 900_000 if done else None, "retired": done})
         status = {}
-        for kind, (pg, pg_id, _) in groups.items():
+        for kind, (_, pg_id, _) in groups.items():
             seqs = [(seq, state) for k, seq, _, state in calls if k == kind]
             enqueued = seqs[-1][0] if seqs else -1
             completed = max((seq for seq, state in seqs if state == "completed"), default=-1)

@@ -50,6 +50,18 @@ def nccl_kernel_name(call: Call, algo: str, naming: str) -> str:
     return f"ncclKernel_{op}_{algo}_{proto}_Sum_{long}(ncclDevComm*, unsigned long, ncclWork*)"
 
 
+_RANKS_TEXT: dict[int, tuple[tuple[int, ...], str]] = {}
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    """``str(list(ranks))`` once per group (every call carries its group's members: 2,048 of them in a DP group
+    of a 16,384-rank run); keyed by the tuple's identity, which the group holds for the whole run."""
+    hit = _RANKS_TEXT.get(id(ranks))
+    if hit is None or hit[0] is not ranks:
+        hit = _RANKS_TEXT[id(ranks)] = (ranks, str(list(ranks)))
+    return hit[1]
+
+
 def comm_args(call: Call, rank: int, cpu: bool) -> dict[str, Any]:
     """record_param_comms' args; ``cpu=False``: the subset Kineto copies onto the kernel."""
     elem = ELEM_BYTES.get(call.dtype, 2)
@@ -64,7 +76,7 @@ def comm_args(call: Call, rank: int, cpu: bool) -> dict[str, Any]:
                             "Out msg nelems": out_n, "Group size": n, "dtype": call.dtype,
                             "In split size": "[]", "Out split size": "[]",
                             "Process Group Name": call.pg, "Process Group Description": call.desc,
-                            "Process Group Ranks": str(list(call.ranks))}
+                            "Process Group Ranks": _ranks_text(call.ranks)}
     if call.peer is not None:
         args["Dst Rank" if call.op == "send" else "Src Rank"] = call.peer
     if call.seq is not None:

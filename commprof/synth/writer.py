@@ -76,9 +76,15 @@ def topology_capture(cfg: SynthConfig, host: str) -> dict[str, Any]:
     return info
 
 
-def _write_json(path: Path, data: Any) -> None:
+COMPACT_RANKS = 1024  # runs of this many ranks or more: compact JSON
+
+
+def _write_json(path: Path, data: Any, compact: bool = False) -> None:
+    """Indented for a person to read; ``compact``: a big run's files, by json's C encoder (an indent makes it
+    use its Python one: the sidecars of 16,384 ranks, each listing the world group's members, took most of an
+    hour)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    path.write_text((json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2)) + "\n")
 
 
 def write_run(out: Path, cfg: SynthConfig, programs: dict[int, list[Instr]], groups: list[Group],
@@ -111,7 +117,7 @@ def write_run(out: Path, cfg: SynthConfig, programs: dict[int, list[Instr]], gro
             path.write_text(json.dumps(dump(cfg, groups, line), separators=(",", ":")))
     _write_json(out / "manifest.json", _manifest(cfg, lines, command))
     truth = build_truth(cfg, groups, lines)
-    _write_json(out / "truth.json", truth)
+    _write_json(out / "truth.json", truth, compact=cfg.world_size >= COMPACT_RANKS)
     return truth
 
 
@@ -139,7 +145,8 @@ class _TraceJob:
         del trace
         path = self.out / "raw" / "traces" / f"rank-{rank}.json.gz"
         path.write_bytes(gzip.compress(data, compresslevel=self.compresslevel, mtime=0))
-        _write_json(self.out / "raw" / "ranks" / f"rank-{rank}.json", _sidecar(cfg, mine, rank, line))
+        _write_json(self.out / "raw" / "ranks" / f"rank-{rank}.json", _sidecar(cfg, mine, rank, line),
+                    compact=cfg.world_size >= COMPACT_RANKS)
 
 
 def build_truth(cfg: SynthConfig, groups: list[Group], lines: dict[int, Timeline]) -> dict[str, Any]:

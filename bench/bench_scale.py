@@ -18,6 +18,9 @@
    what is kept grows by a fraction of it.
 5. HTA 0.5.0 (.bench-venv, as bench_ingest.py sets it up) and commprof on the same 16-rank subset,
    each in a fresh interpreter through bench/child.py: time and peak-RSS ratios.
+6. Hang reports at 16,384 ranks (bench/fr_scale.py; ``--no-fr`` skips it): Flight Recorder dumps of a job with
+   one stuck DP group, `commprof analyze DUMPS` cold: wall, CPU, peak RSS, and whether the stuck group and
+   the ranks behind it are named (target: within 60 s).
 
 The figures go to .bench/scale.json. This is a report, not a test: the exit status is 0 when a
 target is missed. The machine is shared and noisy: run it with ``nice`` and read ratios, not seconds.
@@ -40,6 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_ingest  # noqa: E402
+import fr_scale  # noqa: E402
 import hta_venv  # noqa: E402
 import scale_run  # noqa: E402
 
@@ -257,6 +261,8 @@ def main() -> int:
     parser.add_argument("--hta-ranks", type=int, default=16, help="ranks of the HTA comparison (0: skip)")
     parser.add_argument("--no-curve", dest="curve", action="store_false", help="skip the memory-vs-size curve")
     parser.add_argument("--cache", type=Path, default=scale_run.DEFAULT_CACHE, help="where the run is kept")
+    parser.add_argument("--no-fr", dest="fr", action="store_false", help="skip the 16,384-rank hang report")
+    parser.add_argument("--fr-out", type=Path, default=fr_scale.DEFAULT_OUT, help="where its dumps are kept")
     args = parser.parse_args()
 
     run, made = scale_run.ensure(args.ranks, args.mb_per_rank, args.steps, args.cache, os.cpu_count() or 1)
@@ -300,6 +306,8 @@ def main() -> int:
             result["memory_curve"] = memory_curve(run, args.cache)
         if args.hta_ranks:
             result["hta"] = _hta_report(run, args, scratch)
+        if args.fr:
+            result["flight_recorder"] = fr_scale.run(args.fr_out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     OUT_JSON.parent.mkdir(exist_ok=True)

@@ -264,7 +264,7 @@ def report_without_traces(path: str) -> dict[str, Any] | None:
     except InputError:
         pass
     # imported only now: a run with traces (the common case) does without them, ~10 ms of a cold analyze
-    from commprof.analyzers.hang import hang_report
+    from commprof.analyzers.hang import ENTRY_COLUMNS, hang_report
     from commprof.analyzers.inspector import inspector_summary
     from commprof.analyzers.nccl_profiler import algorithm_summary
     from commprof.ingest.flight_recorder import find_dumps, read_dumps
@@ -277,7 +277,7 @@ def report_without_traces(path: str) -> dict[str, Any] | None:
         return None
     # a recorded run killed while hung: the manifest says where each rank was (record's SIGTERM flush)
     warnings: list[str] = manifest_warnings(_manifest(where)) if where.is_dir() else []
-    hang = hang_report(*read_dumps(dumps, warnings)) if dumps else None
+    hang = hang_report(*read_dumps(dumps, warnings, ENTRY_COLUMNS)) if dumps else None
     records = read_logs(logs, warnings) if logs else None
     colls = read_traces(plugin, warnings) if plugin else None
     ras = _ras(ras_files, warnings)

@@ -31,8 +31,46 @@ def hang_dict(hang: HangReport | None) -> dict[str, Any] | None:
     }
 
 
+LIST_MAX = 16  # a longer rank list is shown as its count and its runs (the JSON report lists every rank)
+RUNS_MAX = 4
+HANG_ROWS = 20  # stalled groups in the text and HTML tables, the first to stall first; the rest counted
+
+
 def _ranks(ranks: list[int]) -> str:
-    return ",".join(map(str, ranks)) if ranks else "-"
+    if len(ranks) <= LIST_MAX:
+        return ",".join(map(str, ranks)) if ranks else "-"
+    runs = _runs(sorted(ranks))
+    more = f", … ({len(runs) - RUNS_MAX} more runs)" if len(runs) > RUNS_MAX else ""
+    return f"{len(ranks)} ranks: {', '.join(runs[:RUNS_MAX])}{more}"
+
+
+def _runs(ranks: list[int]) -> list[str]:
+    """Sorted ranks as runs of three or more at one stride (a DP group: "3-2723 step 8") and single ranks."""
+    out: list[str] = []
+    i = 0
+    while i < len(ranks):
+        step = ranks[i + 1] - ranks[i] if i + 1 < len(ranks) else 0
+        j = i + 1
+        while step > 0 and j + 1 < len(ranks) and ranks[j + 1] - ranks[j] == step:
+            j += 1
+        if step > 0 and j - i >= 2:
+            out.append(f"{ranks[i]}-{ranks[j]}" + (f" step {step}" if step != 1 else ""))
+            i = j + 1
+        else:
+            out.append(str(ranks[i]))
+            i += 1
+    return out
+
+
+def _behind(ranks: list[int], seqs: list[int]) -> str:
+    if len(ranks) <= LIST_MAX:
+        return ", ".join(f"{r} ({s})" for r, s in zip(ranks, seqs, strict=True)) or "-"
+    at: dict[int, list[int]] = {}
+    for r, s in zip(ranks, seqs, strict=True):
+        at.setdefault(s, []).append(r)
+    shown = sorted(at.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    more = f"; … ({len(shown) - RUNS_MAX} more seqs)" if len(shown) > RUNS_MAX else ""
+    return "; ".join(f"at seq {s}: {_ranks(rs)}" for s, rs in shown[:RUNS_MAX]) + more
 
 
 def hang_lines(report: dict[str, Any]) -> list[str]:
@@ -43,6 +81,12 @@ def hang_lines(report: dict[str, Any]) -> list[str]:
     if not fr["stalled"]:
         return [head + "; every member of every group reached its group's last recorded call (no hang seen)"]
     lines = [head + f"; {len(fr['groups'])} group(s) stalled: their members did not all reach the last call"]
+    first = fr["groups"][0]
+    later = f"; {len(fr['groups']) - 1} more stalled after it" if len(fr["groups"]) > 1 and first["since_ns"] else ""
+    lines.append(f"  {'first to stall' if first['since_ns'] else 'stalled'}: group {first['pg']} "
+                 f"({first['desc'] or 'no desc'}, {first['size']} ranks) in {first['op'] or '?'} seq {first['seq']}: "
+                 f"{len(first['waiting'])} waiting, {len(first['behind'])} behind, {len(first['absent'])} never "
+                 f"arrived{later}")
     if fr["suspects"]:
         lines.append(f"  look first at rank(s) {_ranks(fr['suspects'])}: behind or absent wherever they appear, "
                      "never waiting; the others wait for them")
@@ -55,10 +99,19 @@ def hang_lines(report: dict[str, Any]) -> list[str]:
 
 def hang_section(report: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
     fr = report.get("flight_recorder") or {}
+    groups = fr.get("groups", [])
     rows = [[g["pg"], g["desc"] or "-", str(g["size"]), str(g["seq"]), g["op"] or "?", g["state"] or "?",
-             _ranks(g["waiting"]),
-             ", ".join(f"{r} ({s})" for r, s in zip(g["behind"], g["behind_last_seq"], strict=True)) or "-",
-             _ranks(g["absent"])] for g in fr.get("groups", [])]
+             _ranks(g["waiting"]), _behind(g["behind"], g["behind_last_seq"]), _ranks(g["absent"])]
+            for g in groups[:HANG_ROWS]]
+    if len(groups) > HANG_ROWS:
+        rest = groups[HANG_ROWS:]
+        descs: dict[str, int] = {}
+        for g in rest:
+            descs[g["desc"] or "-"] = descs.get(g["desc"] or "-", 0) + 1
+        kinds = ", ".join(f"{n} {d}" for d, n in sorted(descs.items(), key=lambda kv: -kv[1])[:3])
+        rows.append(["…", f"{len(rest)} more stalled group(s), later: {kinds}", "", "", "", "",
+                     f"{sum(len(g['waiting']) for g in rest)} waiting",
+                     f"{sum(len(g['behind']) for g in rest)} behind", f"{sum(len(g['absent']) for g in rest)}"])
     return "Hang report (Flight Recorder): each stalled group's last call, who waits in it, who never got there", \
         HANG_COLUMNS, rows
 

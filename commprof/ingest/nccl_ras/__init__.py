@@ -17,6 +17,7 @@ from commprof.ingest.nccl_ras.parse import looks_like_ras
 
 HEAD_CHARS = 256 << 10  # where a report must show itself
 JSON_HEAD_CHARS = 4 << 10
+BINARY_HEAD = 4 << 10  # a NUL byte in it: a binary file, never a report (16,384 dumps are not decoded and searched)
 MAX_BYTES = 64 << 20  # a status report is kilobytes; a bigger file is read only when given as the input
 TEXT_SUFFIXES = frozenset({"", ".txt", ".log", ".out", ".err", ".ras", ".json", ".gz"})
 SKIP_DIRS = frozenset({"tables", "__pycache__", "traces", "ranks", "flight_recorder"})
@@ -29,7 +30,10 @@ def _head(path: Path) -> str:
     folder of Kineto traces is not read far)."""
     size = JSON_HEAD_CHARS if path.suffix.lower() == ".json" else HEAD_CHARS
     with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
-        return f.read(size).decode("utf-8", "replace")
+        head = f.read(BINARY_HEAD)
+        if b"\0" in head:  # binary (a Flight Recorder pickle beside the reports): no text to search
+            return ""
+        return (head + f.read(size - len(head))).decode("utf-8", "replace")
 
 
 def is_ras_report(path: Path) -> bool:

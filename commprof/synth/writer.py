@@ -97,9 +97,16 @@ def write_run(out: Path, cfg: SynthConfig, programs: dict[int, list[Instr]], gro
     job = _TraceJob(out, cfg, groups, lines, compresslevel)
     if jobs > 1 and len(lines) > 1 and "fork" in multiprocessing.get_all_start_methods():
         # fork: the children inherit the simulated timelines instead of receiving them pickled; the
-        # generator holds no thread pool that a forked child could inherit locked
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(lines))) as pool:
-            pool.map(job, sorted(lines), chunksize=1)
+        # generator holds no thread pool that a forked child could inherit locked. The job is a module global
+        # the children inherit: Pool.map pickles the function it is given with every task (the job holds every
+        # rank's timeline: gigabytes at 16,384 ranks, once per rank)
+        global _FORKED_JOB
+        _FORKED_JOB = job
+        try:
+            with multiprocessing.get_context("fork").Pool(min(jobs, len(lines))) as pool:
+                pool.map(_run_forked_job, sorted(lines), chunksize=max(1, len(lines) // (jobs * 16)))
+        finally:
+            _FORKED_JOB = None
     else:
         for rank in sorted(lines):
             job(rank)
@@ -119,6 +126,14 @@ def write_run(out: Path, cfg: SynthConfig, programs: dict[int, list[Instr]], gro
     truth = build_truth(cfg, groups, lines)
     _write_json(out / "truth.json", truth, compact=cfg.world_size >= COMPACT_RANKS)
     return truth
+
+
+_FORKED_JOB: _TraceJob | None = None  # the job of write_run's fork pool, inherited by its children
+
+
+def _run_forked_job(rank: int) -> None:
+    assert _FORKED_JOB is not None
+    _FORKED_JOB(rank)
 
 
 class _TraceJob:

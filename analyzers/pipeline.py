@@ -48,6 +48,7 @@ from commprof.analyzers.uncounted import warning as uncounted_warning
 from commprof.analyzers.whatif import WhatIf
 from commprof.ingest.runner import LocalPool, ProgressFn, Runner
 from commprof.ingest.tables import IntervalSource, RunFacts, RunTables
+from commprof.stages import timed
 from commprof.vocab import UNKNOWN
 
 if TYPE_CHECKING:  # the findings modules load with the findings step (lazily, like the rules)
@@ -333,8 +334,9 @@ def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner:
     if (note := uncounted_warning(uncounted_kernels)) is not None:
         w.warnings.append(note)
     try:
-        for _name, step in STEPS:
-            step(w)
+        for name, step in STEPS:
+            with timed(f"analysis.{name}"):
+                step(w)
     finally:
         if runner is None:
             own.close()
@@ -345,7 +347,8 @@ def analyze(tables: RunTables, settings: AnalysisSettings | None = None, runner:
         warnings=tuple(w.warnings), doubtful_ranks=w.doubtful, uncounted=uncounted_kernels,
         hang=hang_report(tables.sidecars.flight_recorder, tables.sidecars.flight_recorder_groups), **w.out,
     )
-    return step_findings(analysis)
+    with timed("analysis.findings"):
+        return step_findings(analysis)
 
 
 def step_findings(analysis: Analysis) -> Analysis:

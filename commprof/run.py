@@ -17,6 +17,7 @@ from commprof.ingest.discover import Source, discover_paths, manifest_warnings
 from commprof.ingest.job_parts import ranges as _ranges
 from commprof.ingest.runner import ProgressFn, Runner
 from commprof.ingest.schema import COLLECTIVES, PROCESS_GROUPS, RANKS
+from commprof.stages import timed
 
 if TYPE_CHECKING:
     from commprof.ingest.common.comm_kernels import Declared
@@ -206,15 +207,18 @@ class Run:
         from commprof.ingest.sidecar_tables import load_sidecars
         from commprof.ingest.tables import RunFacts, RunTables
 
-        collectives = self.collectives
+        with timed("run.collectives"):
+            collectives = self.collectives
         if collectives.height:
             collectives = collectives.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("call"))
         else:
             collectives = collectives.with_columns(pl.lit(None, pl.Int64).alias("call")) if collectives.width \
                 else pl.DataFrame(schema={**COLLECTIVES, "call": pl.Int64})
-        ranks = self.ranks
+        with timed("run.ranks"):
+            ranks = self.ranks
         world = self.world_size
-        sidecars = load_sidecars(self.source.input_folders, ranks, world, self.ingested.cache)
+        with timed("run.sidecar_tables"):  # NCCL logs, Flight Recorder dumps, topology
+            sidecars = load_sidecars(self.source.input_folders, ranks, world, self.ingested.cache)
         manifest = self.manifest or {}
         facts = RunFacts(
             path=self.source.label, kind=self.source.kind, world_size=world or manifest.get("world_size"),
@@ -225,7 +229,11 @@ class Run:
         )
         shared = Counter(store.part_file(rf.meta, rf.entry.stem) for rf in self.rank_files)
         files = tuple((rf.rank, _interval_source(self.ingested.cache, rf, shared)) for rf in self.rank_files)
-        return RunTables(facts, ranks, self.process_groups, collectives, self.step_marks, files, sidecars,
+        with timed("run.process_groups"):
+            groups = self.process_groups
+        with timed("run.step_marks"):
+            marks = self.step_marks
+        return RunTables(facts, ranks, groups, collectives, marks, files, sidecars,
                          tuple(self.warnings) + self.group_union.warnings + sidecars.warnings, self.declared,
                          _uncounted(self.rank_files))
 

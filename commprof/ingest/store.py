@@ -42,6 +42,7 @@ from commprof.ingest.rank_sidecar import SidecarIndex, clean_sidecar, decode_sid
 from commprof.ingest.runner import InProcess, Outcome, ProgressFn, Runner, guarded, make_runner, usable_cpus
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.safe_write import CACHE_HINT, WriteError, atomic_write_bytes
+from commprof.stages import timed
 
 TABLES = ("intervals", "collectives", "step_marks", "process_groups")
 INDEX = "_index.json"
@@ -532,7 +533,8 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     ``step_range``: the NVTX range name of a step in nsys exports. ``declared``: kernel families the user
     declares communication (--comm-kernel)."""
     problems: list[str] = []
-    sidecars, sidecar_key = read_sidecars(source, problems)
+    with timed("ingest.sidecars"):
+        sidecars, sidecar_key = read_sidecars(source, problems)
     if step_range is not None and any(p.name.endswith(".sqlite") for p in source.traces):
         # it changes the nsys exports' tables: a cache made without it (or with another name) is stale
         sidecar_key += f"|step-range:{step_range}"
@@ -559,8 +561,9 @@ def ingest(source: Source, cache: Path | None = None, jobs: int | None = None,
     todo = [e for e in entries if not freshness[e.rel]]
     own = runner or make_runner(jobs)
     try:
-        fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress, step_range, sidecar_key,
-                                                      declared)}
+        with timed("ingest.parse"):
+            fresh_metas = {m["rel"]: m for m in _parse_all(todo, cache, own, sidecars, progress, step_range,
+                                                          sidecar_key, declared)}
     finally:
         if runner is None:
             own.close()

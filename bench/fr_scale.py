@@ -31,23 +31,24 @@ REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 60.0
 DEFAULT_OUT = Path("/scratch/fr16k") if Path("/scratch").is_dir() else Path(tempfile.gettempdir()) / "fr16k"
 
-# the CLI run in this interpreter, then its CPU time and high-water RSS (VmHWM: this process image's own; see
-# bench_scale.py on why not ru_maxrss) written to argv[1]
+# the CLI run in this interpreter, its CPU time and high-water RSS (VmHWM: this process image's own; see
+# bench_scale.py on why not ru_maxrss) written to argv[1] by an exit handler (the CLI ends with os._exit after
+# running them: commprof.cli.run)
 CHILD = """
-import json, resource, runpy, sys
+import atexit, json, resource, runpy, sys
 out = sys.argv[1]
 sys.argv = ["commprof", *sys.argv[2:]]
-try:
-    runpy.run_module("commprof", run_name="__main__", alter_sys=True)
-    code = 0
-except SystemExit as err:
-    code = err.code if isinstance(err.code, int) else 1
-me = resource.getrusage(resource.RUSAGE_SELF)
-with open("/proc/self/status") as fh:
-    hwm = next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:"))
-with open(out, "w") as fh:
-    json.dump({"exit": code, "cpu_s": me.ru_utime + me.ru_stime, "user_s": me.ru_utime, "sys_s": me.ru_stime,
-               "peak_rss_mb": hwm}, fh)
+
+def figures():
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    with open("/proc/self/status") as fh:
+        hwm = next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:"))
+    with open(out, "w") as fh:
+        json.dump({"cpu_s": me.ru_utime + me.ru_stime, "user_s": me.ru_utime, "sys_s": me.ru_stime,
+                   "peak_rss_mb": hwm}, fh)
+
+atexit.register(figures)
+runpy.run_module("commprof", run_name="__main__", alter_sys=True)
 """
 
 
@@ -78,7 +79,8 @@ def measure(dumps: Path, truth: dict[str, Any]) -> dict[str, Any]:
         done = subprocess.run([sys.executable, "-c", CHILD, str(figures), "analyze", str(dumps)], cwd=REPO,
                               env=env, capture_output=True, text=True, timeout=1800)
         wall = time.perf_counter() - t0
-        result: dict[str, Any] = json.loads(figures.read_text()) if figures.is_file() else {"exit": done.returncode}
+        result: dict[str, Any] = json.loads(figures.read_text()) if figures.is_file() else {}
+    result["exit"] = done.returncode
     text = done.stdout
     stuck = f"first to stall: group {truth['stuck_pg']} ({truth['stuck_desc']}, {truth['config']['dp']} ranks)"
     lagging = f"look first at rank(s) {','.join(map(str, truth['lagging']))}:"

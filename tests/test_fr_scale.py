@@ -86,7 +86,7 @@ def test_each_groups_members_are_kept_once(dumps: tuple[Path, dict[str, Any]]) -
     """Every dump lists the default group's 1,024 members: the table keeps them on one row (ranks x group size
     members would be 1M ints here and 268M at 16,384 ranks)."""
     out, _ = dumps
-    _, groups = read_dumps(find_dumps(out), [])
+    _, groups = read_dumps(find_dumps(out), [], ["rank"])
     assert groups.height == 3 * SMALL.world  # a row per (rank, group) the dumps name
     listed = groups.drop_nulls("ranks")
     assert listed.height == 1 + SMALL.tp + SMALL.dp == listed["pg"].n_unique()

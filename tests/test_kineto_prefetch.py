@@ -363,14 +363,17 @@ def test_a_light_pass_of_whole_us_times_imports_no_numpy(tmp_path: Path) -> None
 
 
 def test_the_kept_args_are_handed_over_exactly() -> None:
-    """Scan's pickled state writes the kept args as JSON (Scan.__getstate__): every value comes back as it was
-    read, of the same type (1, 1.0 and "1" apart; ints past int64; Raw text as written), in the same order, and
-    an unset Raw is the decoder's NULL again."""
+    """Scan's pickled state writes the CPU ops' kept args as JSON (Scan.__getstate__) and the comm kernels' and
+    record_param_comms' as their columns (kept.KeptArgs): every value comes back as it was read, of the same type
+    (1, 1.0 and "1" apart; ints past int64; Raw text as written), in the same order, and an unset Raw is the
+    decoder's NULL again."""
     import pickle
 
     import msgspec
+    import numpy as np
 
     from commprof.ingest.kineto.decode import NULL, Args
+    from commprof.ingest.kineto.kept import SHAPE_FIELDS
     from commprof.ingest.kineto.scan import KEPT_ARGS, Scan
 
     texts = [b'{"Collective name": "allreduce", "In msg nelems": 1048576, "Out msg nelems": 1.0, "Group size": "8",'
@@ -382,13 +385,14 @@ def test_the_kept_args_are_handed_over_exactly() -> None:
              b'{}', b'{"Input Dims": null, "pg": "not read"}']
     args = [msgspec.json.decode(text, type=Args) for text in texts]
     scan = Scan()
-    scan.dev_comm_args = {5: args[0], 0: args[1]}
+    scan.dev_comm_args.pending.extend([(0, args[1]), (5, args[0])])
     scan.cpu_comm_args = {3: args[2], 1: args[3], 2: args[0]}
-    scan.comm_args_by_external_id = {2**62: args[1], -1: args[2]}
+    scan.comm_args_by_external_id.pending.extend([(2**62, args[1]), (-1, args[2])])
+    scan.finish()
     back = pickle.loads(pickle.dumps(scan))
 
-    def typed(value: Args) -> list[tuple[str, object]]:
-        values = msgspec.structs.astuple(value)
+    def typed(value: Args, fields: tuple[str, ...] = Args.__struct_fields__) -> list[tuple[str, object]]:
+        values = [getattr(value, name) for name in fields]
         return [(type(v).__name__, bytes(v) if isinstance(v, msgspec.Raw) else v) for v in values]
 
     for name in KEPT_ARGS:
@@ -396,5 +400,20 @@ def test_the_kept_args_are_handed_over_exactly() -> None:
         assert list(ours) == list(theirs)
         assert [typed(a) for a in ours.values()] == [typed(a) for a in theirs.values()], name
     assert back.cpu_comm_args[3].input_dims is NULL and back.cpu_comm_args[3].input_type is NULL
-    assert type(back.dev_comm_args[5].seq) is int and type(back.dev_comm_args[5].out_nelems) is float
+    for name in ("dev_comm_args", "comm_args_by_external_id"):
+        ours, theirs = getattr(back, name), getattr(scan, name)
+        for a, b in zip(ours.columns(), theirs.columns(), strict=True):
+            assert np.array_equal(a, b) and a.dtype == b.dtype, name
+        shapes = ours.columns()[1].tolist()
+        assert [typed(ours.args(c), SHAPE_FIELDS) for c in shapes] == [
+            typed(theirs.args(c), SHAPE_FIELDS) for c in shapes]
+    kept = back.dev_comm_args
+    key, shape, ext, ext_ok, seq = kept.columns()
+    assert key.tolist() == [0, 5] and ext_ok.tolist() == [False, True] and ext[1] == 9
+    assert seq.tolist() == [12, -1]  # "12" reads as 12 (as comm_fields reads it); past int64: not a sequence number
+    first = kept.args(int(shape[1]))  # args[0]'s shape: its values and their types as read
+    assert typed(first, SHAPE_FIELDS) == typed(args[0], SHAPE_FIELDS)
+    assert type(first.out_nelems) is float and type(first.pg_name) is int and first.is_async is True
+    assert back.comm_args_by_external_id.columns()[0].tolist() == [2**62, -1]
     assert back.dev_names == scan.dev_names and back.light == scan.light  # the rest of the state as pickled
+

@@ -45,15 +45,21 @@ def parse_ranks(value: object) -> list[int] | None:
     return None
 
 
+def no_comm_args(args: Args, fallback: Args | None) -> bool:
+    """Neither args names a collective (op, size or group): :func:`comm_fields` then gives nothing, not even
+    the seq."""
+    return args.collective_name is None and args.in_nelems is None and args.pg_name is None and (
+        fallback is None or (fallback.collective_name is None and fallback.in_nelems is None
+                             and fallback.pg_name is None))
+
+
 def comm_fields(args: Args | None, fallback: Args | None) -> dict[str, Any]:
     """pg, op, bytes, dtype, group size, peer and seq from record_param_comms-style args (a field
     ``args`` lacks is taken from ``fallback``). A size that the args do not give is None (unknown),
     never 0. Runs once per communication kernel: written flat, without a helper call per field."""
     if args is None:
         args, fallback = fallback, None
-    if args is None or (args.collective_name is None and args.in_nelems is None and args.pg_name is None and (
-            fallback is None or (fallback.collective_name is None and fallback.in_nelems is None
-                                 and fallback.pg_name is None))):
+    if args is None or no_comm_args(args, fallback):
         return dict.fromkeys(COMM_FIELDS)
     op, pg, dtype, in_n, out_n = args.collective_name, args.pg_name, args.dtype, args.in_nelems, args.out_nelems
     dst, src, group_size, seq, is_async = args.dst_rank, args.src_rank, args.group_size, args.seq, args.is_async

@@ -19,10 +19,13 @@ from commprof.ingest.kineto.comm import (
     as_int,
     bounded_int,
     comm_fields,
+    no_comm_args,
     process_groups,
 )
 from commprof.ingest.kineto.cpu import cpu_tables
+from commprof.ingest.kineto.kept import NO_SEQ
 from commprof.ingest.kineto.prefetch import scanned
+from commprof.ingest.kineto.rows import release_after
 from commprof.ingest.kineto.scan import KIND_TABLE, Scan
 from commprof.ingest.kineto.times import launches_of, name_ambiguous
 from commprof.ingest.kineto.times import step_marks as step_marks_of
@@ -121,6 +124,9 @@ def extract(path: Path, sidecars: SidecarIndex | list[dict[str, Any]] | None = N
     cpu_pid = _main_pid(scan)
     sidecar = _pick_sidecar(sidecars, rank if rank_source == "distributedInfo" else None, cpu_pid)
     step_marks = step_marks_of(scan, base_ns, cpu_pid, table_rank, label, warnings)
+    # each distinct call shape once, in the order of its first call (process_groups takes a group's first)
+    arg_sources = [*scan.comm_args_by_external_id.shapes_in_order(by_key=True),
+                   *scan.dev_comm_args.shapes_in_order(by_key=False)]
     if mode == "gpu":
         intervals, collectives = _gpu_tables(scan, base_ns, table_rank, label, warnings, defer)
     else:
@@ -128,7 +134,10 @@ def extract(path: Path, sidecars: SidecarIndex | list[dict[str, Any]] | None = N
     gpu_name = None
     if trace.deviceProperties:
         gpu_name = next((d.name for d in trace.deviceProperties if d.name), None)
-    arg_sources = [*scan.comm_args_by_external_id.values(), *scan.dev_comm_args.values()]
+    device = ",".join(sorted(scan.devices)) if mode == "gpu" else "cpu"
+    uncounted, rows = scan.uncounted, len(intervals)
+    del scan
+    release_after(rows)  # what building the tables freed, before they are written (~9 MB of a 304 MB trace's)
     return RankTrace(
         file=label,
         rank=rank,
@@ -136,7 +145,7 @@ def extract(path: Path, sidecars: SidecarIndex | list[dict[str, Any]] | None = N
         backend=dist.backend if dist else None,
         host=trace.host_name,
         pid=as_int(cpu_pid),
-        device=",".join(sorted(scan.devices)) if mode == "gpu" else "cpu",
+        device=device,
         gpu_name=gpu_name,
         mode=mode,
         intervals=intervals,
@@ -144,7 +153,7 @@ def extract(path: Path, sidecars: SidecarIndex | list[dict[str, Any]] | None = N
         step_marks=step_marks,
         process_groups=process_groups(dist, arg_sources, sidecar),
         warnings=warnings,
-        uncounted=scan.uncounted,
+        uncounted=uncounted,
         rank_source=rank_source if rank is not None else None,
         corrupt=streamed.corrupt,
     )
@@ -163,40 +172,60 @@ def _main_pid(scan: Scan) -> Any:
 def _gpu_tables(
     scan: Scan, base_ns: int, rank: int, label: str, warnings: list[str], defer: bool = False
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The device rows as intervals and the communication kernels among them as collectives. Memory: the pass's
+    ts, dur and correlation columns become the intervals' start_ns, end_ns and correlation (in place: the frame
+    shares them), and the collectives are built first, so that what only they read (the kept args, the CPU and
+    runtime rows) is let go of before the intervals' text columns are made."""
     dev = scan.dev
-    start, dur_ns = dev.col("ts") + base_ns, dev.col("dur")
+    start, end, correlation = dev.pop("ts"), dev.pop("dur"), dev.pop("corr")
+    start += base_ns
+    end += start  # dur -> end
     valid = dev.ok("ts") & dev.ok("dur")
-    end = start + dur_ns
     why: Counter[str] = Counter()
     odd = implausible(start, end, reference(start[valid]), why) & valid
-    correlation = dev.col("corr")
-    launched, launch_ns = launches_of(scan, base_ns, correlation)
-    columns = {
-            "rank": np.full(len(start), rank, dtype=np.int32),
-            "lane": _take(scan.lane_names.table(), dev.col("lane")),
-            "name": _take(scan.dev_names.table(), dev.col("name")),
-            "kind": _take(KIND_TABLE, dev.col("kind")),
-            "start_ns": start,
-            "end_ns": end,
-            "correlation": _with_nulls(correlation, correlation < 0),
-            "launch_ns": _with_nulls(launch_ns, ~launched),  # null: no launch in the trace
-    }
     if not valid.all():
         warnings.append(f"{label}: skipped {int((~valid).sum())} device events whose ts or dur is not a number")
     if why:
         warnings.append(describe(label, "device events", why))
         valid &= ~odd
+    launched, launch_ns = launches_of(scan, base_ns, correlation)
+    collectives = _gpu_collectives(scan, rank, label, warnings, start, end, valid, launched, launch_ns, correlation,
+                                   defer)
+    columns: dict[str, Any] = {
+            "lane": _take(scan.lane_names.table(), dev.col("lane")),
+            "name": _take(scan.dev_names.table(), dev.col("name")),
+            "kind": _KINDS.gather(_indices(dev.col("kind"))),
+            "start_ns": start,
+            "end_ns": end,
+            "correlation": _with_nulls(correlation, correlation < 0),
+            "launch_ns": _with_nulls(launch_ns, ~launched),  # null: no launch in the trace
+    }
+    del dev
+    scan.release("dev")  # its codes, read (its times are the columns')
+    release_after(len(start))
     kept = len(start)
     if not valid.all():  # the rows kept, before the frame is built (as filtering it after)
         keep, kept = pl.Series(valid), int(valid.sum())
         columns = {k: v.filter(keep) if isinstance(v, pl.Series) else v[valid] for k, v in columns.items()}
-    intervals: pl.DataFrame | Columns = Columns(columns, INTERVALS, kept)
-    if not defer or scan.unclassified:
-        intervals = pl.DataFrame(columns, schema=INTERVALS)
+    intervals: pl.DataFrame | Columns = _built(columns, INTERVALS, rank, kept, defer and not scan.unclassified)
+    if isinstance(intervals, pl.DataFrame):
         _note_unclassified(scan, intervals)
-    collectives = _gpu_collectives(scan, rank, label, warnings, start, end, valid, launched, launch_ns, correlation,
-                                   defer)
     return cast(pl.DataFrame, intervals), collectives
+
+
+def _built(columns: dict[str, Any], schema: pl.Schema, rank: int, height: int, defer: bool) -> pl.DataFrame | Columns:
+    """The table of ``columns`` (all but rank): deferred as :class:`Columns`, else a frame whose rank column is one
+    value, not one a row (polars keeps a column made of a literal so: 1.7 MB less for 277k intervals and 141k
+    collectives; the same table and the same Parquet bytes)."""
+    if defer:
+        return Columns({key: columns[key] if key != "rank" else np.full(height, rank, dtype=np.int32)
+                        for key in schema}, schema, height)
+    frame = pl.DataFrame({key: columns[key] for key in schema if key != "rank"},
+                         schema={key: dtype for key, dtype in schema.items() if key != "rank"})
+    return frame.with_columns(pl.lit(rank, dtype=schema["rank"]).alias("rank")).select(list(schema))
+
+
+_KINDS = pl.Series("kind", KIND_TABLE, dtype=INTERVALS["kind"])  # a device row's kind by its code, as the column's
 
 
 SMALL_ROWS = 4096  # up to this many events, a list lookup per row beats polars' gather (~0.1 ms a call)
@@ -206,7 +235,12 @@ def _take(table: Sequence[str], codes: np.ndarray) -> pl.Series:
     """The text of each code: ``pl.Series(table).gather(codes)``, by a list lookup on a small trace."""
     if codes.size <= SMALL_ROWS:
         return pl.Series([table[c] for c in codes.tolist()], dtype=pl.String)
-    return pl.Series(table, dtype=pl.String).gather(codes)
+    return pl.Series(table, dtype=pl.String).gather(_indices(codes))
+
+
+def _indices(codes: np.ndarray) -> pl.Series:
+    """Codes (>= 0) as polars' index type, without a copy where they are int32 already."""
+    return pl.Series(codes.view(np.uint32) if codes.dtype == np.int32 else codes.astype(np.uint32))
 
 
 def _with_nulls(values: np.ndarray, null: np.ndarray) -> pl.Series:
@@ -239,38 +273,54 @@ def _gpu_collectives(
     scan: Scan, rank: int, label: str, warnings: list[str], start: np.ndarray, end: np.ndarray,
     valid: np.ndarray, launched: np.ndarray, launch_ns: np.ndarray, correlation: np.ndarray, defer: bool = False,
 ) -> pl.DataFrame:
-    idx = np.fromiter(scan.dev_comm_args.keys(), dtype=np.int64, count=len(scan.dev_comm_args))
-    idx = idx[valid[idx]]
-    rows = idx.tolist()
+    """The communication kernels' rows. Lets go of what only they read (the scan's kept args, CPU and runtime
+    rows) once it is read, before their columns are made."""
+    kept, params = scan.dev_comm_args, scan.comm_args_by_external_id
+    rows, shape, ext, ext_ok, seq = kept.columns()
+    keep = valid[rows]
+    if not keep.all():
+        rows, shape, ext, ext_ok, seq = rows[keep], shape[keep], ext[keep], ext_ok[keep], seq[keep]
+    fallback_shape, fallback_seq = params.lookup(ext, ext_ok)  # the call's record_param_comms, by External id
+    merged = np.where(seq != NO_SEQ, seq, fallback_seq)  # the kernel's own seq, else its record_param_comms'
+    name_codes = scan.dev.col("name")[rows]
+    # what comm_fields reads is the calls' shapes (kept.py): read once per distinct shape, fallback and kernel name
+    combos, combo_of = np.unique(np.stack([shape, fallback_shape, name_codes], axis=1), axis=0, return_inverse=True)
+    at = combo_of.reshape(-1)
+    inverse = pl.Series(at.astype(np.uint32))  # polars' index type: its gathers convert nothing
     name_table, lane_table = scan.dev_names.table(), scan.lane_names.table()
-    name_codes, lane_codes = scan.dev.col("name")[idx].tolist(), scan.dev.col("lane")[idx].tolist()
-    cols: dict[str, list[Any]] = {key: [] for key in COMM_FIELDS}
-    appends = [(key, cols[key].append) for key in COMM_FIELDS]
-    ambiguous: list[int] = []  # positions whose op the kernel name leaves open
-    by_ext, comm_args = scan.comm_args_by_external_id, scan.dev_comm_args
-    normalize_op, kernel_op = names.normalize_op, names.kernel_op
-    for k, i in enumerate(rows):
-        args = comm_args[i]
-        ext = args.external_id
-        if type(ext) is not int:
-            ext = as_int(ext)
-        fields = comm_fields(args, by_ext.get(ext) if ext is not None else None)
-        named = fields["op"]
-        fields["op"] = normalize_op(named) if named else kernel_op(name_table[name_codes[k]])
-        if named is None and fields["op"] in ("send_recv", "unknown"):
-            ambiguous.append(k)
-        for key, append in appends:
-            append(fields[key])
-    if ambiguous:
-        name_ambiguous(scan, cols["op"], [rows[k] for k in ambiguous], ambiguous, correlation, start)
-    # NCCL kernels whose collective arguments are missing; other libraries' kernels never carry them (their op is
-    # in the name, their group is the library's: analyzers/library_groups.py; the run says once that sizes are
-    # unknown)
-    prefixes = names.COMM_KERNEL_PREFIXES
-    unknown = np.array([pg is None and size is None and name_table[code].startswith(prefixes)
-                        for pg, size, code in zip(cols["pg"], cols["bytes"], name_codes, strict=True)], dtype=np.bool_)
-    pre_window = int((unknown & ~launched[idx]).sum())
-    no_args = int((unknown & launched[idx]).sum())
+    prefixes, normalize_op, kernel_op = names.COMM_KERNEL_PREFIXES, names.normalize_op, names.kernel_op
+    per: dict[str, list[Any]] = {key: [] for key in COMM_FIELDS}
+    empty, ambiguous, unknown = [], [], []  # per combination
+    for shape_code, fallback_code, name_code in combos.tolist():
+        args, fallback = kept.args(shape_code), params.args(fallback_code) if fallback_code >= 0 else None
+        fields = comm_fields(args, fallback)
+        named, name = fields["op"], name_table[name_code]
+        fields["op"] = normalize_op(named) if named else kernel_op(name)
+        empty.append(no_comm_args(args, fallback))
+        ambiguous.append(named is None and fields["op"] in ("send_recv", "unknown"))
+        # NCCL kernels whose collective arguments are missing; other libraries' kernels never carry them (their op
+        # is in the name, their group is the library's: analyzers/library_groups.py; the run says once that sizes
+        # are unknown)
+        unknown.append(fields["pg"] is None and fields["bytes"] is None and name.startswith(prefixes))
+        for key, values in per.items():
+            values.append(fields[key])
+    guess = np.flatnonzero(np.array(ambiguous, np.bool_)[at])  # the op the kernel name leaves open
+    ops = [per["op"][c] for c in at[guess].tolist()]
+    if guess.size:
+        name_ambiguous(scan, ops, rows[guess].tolist(), list(range(guess.size)), correlation, start)
+    # what only the collectives read is read: let go of before their columns are made (the intervals' start,
+    # end and correlation are the device rows' own, and their text columns are made from the device rows' codes)
+    del shape, ext, ext_ok, seq, fallback_shape, fallback_seq
+    freed = len(scan.launch) + len(scan.cpu) + len(kept) + len(params)
+    scan.release("launch", "cpu", "dev_comm_args", "comm_args_by_external_id")
+    release_after(freed)
+    cols = {key: pl.Series(key, values, dtype=COLLECTIVES[key]).gather(inverse) for key, values in per.items()}
+    cols["seq"] = _with_nulls(merged, (merged < 0) | np.array(empty, np.bool_)[at]).alias("seq")
+    if guess.size:
+        cols["op"] = cols["op"].scatter(guess, pl.Series(ops, dtype=pl.String))
+    is_unknown = np.array(unknown, np.bool_)[at]
+    pre_window = int((is_unknown & ~launched[rows]).sum())
+    no_args = int((is_unknown & launched[rows]).sum())
     if pre_window:
         warnings.append(
             f"{label}: {pre_window} communication kernels have no launch in the trace (launched before the "
@@ -282,14 +332,10 @@ def _gpu_collectives(
             "older PyTorch or another library): their process group and size are unknown (left empty, not 0)")
     frame = {
         **cols,
-        "rank": np.full(idx.size, rank, dtype=np.int32),
-        "name": [name_table[c] for c in name_codes],
-        "lane": [lane_table[c] for c in lane_codes],
-        "start_ns": start[idx],
-        "end_ns": end[idx],
-        "launch_ns": pl.Series(launch_ns[idx], dtype=pl.Int64).set(pl.Series(~launched[idx]), None),
+        "name": _take(name_table, name_codes).alias("name"),
+        "lane": _take(lane_table, scan.dev.col("lane")[rows]).alias("lane"),
+        "start_ns": start[rows],
+        "end_ns": end[rows],
+        "launch_ns": _with_nulls(launch_ns[rows], ~launched[rows]).alias("launch_ns"),
     }
-    columns = {key: frame[key] for key in COLLECTIVES}
-    if defer:
-        return cast(pl.DataFrame, Columns(columns, COLLECTIVES, int(idx.size)))
-    return pl.DataFrame(columns, schema=COLLECTIVES)
+    return cast(pl.DataFrame, _built(frame, COLLECTIVES, rank, int(rows.size), defer))

@@ -5,7 +5,7 @@ that those two import it without importing the reader (which imports them)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import msgspec
@@ -22,6 +22,7 @@ from commprof.ingest.kineto.decode import (
     EventX,
     decode_args,
 )
+from commprof.ingest.kineto.kept import KeptArgs
 from commprof.ingest.kineto.numbers import INT64_LIMIT, as_int
 from commprof.ingest.kineto.rows import BATCH, Codes, Rows, flush_light, release_free_memory
 from commprof.ingest.kineto.rows import flush as flush_rows
@@ -74,7 +75,7 @@ def _category(cat: str) -> int:
     return _CPU if low in names.CPU_CATEGORIES else _SKIP
 
 
-KEPT_ARGS = ("dev_comm_args", "cpu_comm_args", "comm_args_by_external_id")  # Scan's dicts of Args
+KEPT_ARGS = ("cpu_comm_args",)  # Scan's dicts of Args (the others are KeptArgs: columns)
 _KEPT_ARGS = "kept_args_json"
 _KEPT_ARGS_ENCODER = msgspec.json.Encoder()
 _KEPT_ARGS_DECODER = msgspec.json.Decoder(dict[str, dict[int, Args]])
@@ -91,13 +92,15 @@ class Scan:
 
     dev: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"name": "int32", "lane": "int32",
                                                                   "kind": "int8", "corr": "int64"}))
-    dev_comm_args: dict[int, Args] = field(default_factory=dict)  # device row -> args of comm kernels
+    dev_comm_args: KeptArgs = field(default_factory=KeptArgs)  # device row -> args of comm kernels
     cpu: Rows = field(default_factory=lambda: Rows(("ts", "dur"), {"pid": "int32", "tid": "int32",
                                                                   "name": "int32", "cat": "int32"}))
-    cpu_comm_args: dict[int, Args] = field(default_factory=dict)  # cpu row -> args of comm ops and c10d calls
+    # cpu row -> args of comm ops and c10d calls; read by CPU runs' tables only, so not kept once the trace has a
+    # device row (a GPU trace's c10d and nccl:* ops: two per collective)
+    cpu_comm_args: dict[int, Args] = field(default_factory=dict)
     step_rows: list[int] = field(default_factory=list)  # cpu rows of ProfilerStep#N marks
     launch: Rows = field(default_factory=lambda: Rows(("ts",), {"corr": "int64", "tid": "int32"}))
-    comm_args_by_external_id: dict[int, Args] = field(default_factory=dict)
+    comm_args_by_external_id: KeptArgs = field(default_factory=KeptArgs)  # record_param_comms, by External id
     thread_names: dict[Any, str] = field(default_factory=dict)
     gpu_pids: set[Any] = field(default_factory=set)
     devices: set[str] = field(default_factory=set)
@@ -142,6 +145,7 @@ class Scan:
         kernels, cpu_roles, launch_names, lanes = self.kernels, self.cpu_roles, self.launch_names, self.lanes
         # one tuple a row, in each table's column order (Scan's field defaults: times, then ints)
         dev_row, cpu_row, launch_row = self.dev.pending.append, self.cpu.pending.append, self.launch.pending.append
+        comm_row, dev_at = self.dev_comm_args.pending.append, self.dev.pending.__len__  # (the row's place, args)
         dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
         args_of, correlation_of, null, failed = ARGS_DECODER.decode, CORRELATION_DECODER.decode, NULL, DECODE_ERRORS
         cpu, runtime, skip, memory, comm, plain = _CPU, _RUNTIME, _SKIP, _MEMORY, _COMM, _PLAIN
@@ -199,15 +203,17 @@ class Scan:
                     if known is None:
                         known = kernels[name] = (self._kernel_kind(name), dev_names[name])
                     row_kind, code = known
-                if row_kind == comm:
-                    self.dev_comm_args[len(self.dev)] = _strip_raw(args)
+                if row_kind == comm:  # Raw fields are views into the piece's text: not held past it
+                    comm_row((dev_at(), args if args.input_dims is null and args.input_type is null
+                              else _strip_raw(args)))
                 dev_corr = args.correlation
                 if type(dev_corr) is not int or not low <= dev_corr < high:
                     read = as_int(dev_corr)  # missing, floats: rare writers
                     dev_corr = -1 if read is None else read
                 dev_row((ts, dur, code, lane, row_kind, dev_corr))
+        self._flush_args()
         if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
-            (flush_light if self.light else flush_rows)((self.dev, self.cpu, self.launch))
+            self._flush()
 
     def add_typed(self, events: list[Any]) -> None:
         """:meth:`add` for a piece decoded as TYPED_EVENT: the same rows, warnings and kept args, from
@@ -217,6 +223,7 @@ class Scan:
         categories, category = self.categories, _category
         kernels, cpu_roles, launch_names, lanes = self.kernels, self.cpu_roles, self.launch_names, self.lanes
         dev_row, cpu_row, launch_row = self.dev.pending.append, self.cpu.pending.append, self.launch.pending.append
+        comm_row, dev_at, null = self.dev_comm_args.pending.append, self.dev.pending.__len__, NULL
         dev_names, cpu_names, pids, tids, cats = self.dev_names, self.cpu_names, self.pids, self.tids, self.cats
         cpu, runtime, skip, memory, comm, plain = _CPU, _RUNTIME, _SKIP, _MEMORY, _COMM, _PLAIN
         low, high, corr_max = -INT64_LIMIT, INT64_LIMIT, INT64_LIMIT - 1
@@ -267,15 +274,17 @@ class Scan:
                     if known is None:
                         known = kernels[name] = (self._kernel_kind(name), dev_names[name])
                     row_kind, code = known
-                if row_kind == comm:
-                    self.dev_comm_args[len(self.dev)] = _strip_raw(args)
+                if row_kind == comm:  # Raw fields are views into the piece's text: not held past it
+                    comm_row((dev_at(), args if args.input_dims is null and args.input_type is null
+                              else _strip_raw(args)))
                 dev_corr = args.correlation
                 if type(dev_corr) is not int or not low <= dev_corr < high:
                     read = as_int(dev_corr)  # missing, floats: rare writers
                     dev_corr = -1 if read is None else read
                 dev_row((ts, dur, code, lane, row_kind, dev_corr))
+        self._flush_args()
         if self.dev.pending_times() + self.cpu.pending_times() + self.launch.pending_times() >= BATCH:
-            (flush_light if self.light else flush_rows)((self.dev, self.cpu, self.launch))
+            self._flush()
 
     def _cpu_args(self, ev: Event, role: int) -> None:
         self._cpu_args_of(decode_args(ev.args) if role != _STEP else None, role)
@@ -284,12 +293,12 @@ class Scan:
         """What a CPU op other than a plain one keeps: its args (comm ops, record_param_comms) or its row
         (a ProfilerStep#N mark)."""
         if role == _COMM_OP:
-            if args is not None:
+            if args is not None and not len(self.dev):
                 self.cpu_comm_args[len(self.cpu)] = _own_raw(args)
         elif role == _PARAM_COMMS:
             ext = as_int(args.external_id) if args is not None else None
             if args is not None and ext is not None:
-                self.comm_args_by_external_id[ext] = _strip_raw(args)
+                self.comm_args_by_external_id.pending.append((ext, _strip_raw(args)))
         else:
             self.step_rows.append(len(self.cpu))
 
@@ -298,18 +307,37 @@ class Scan:
         missing += ["args.stream"] if args is None or args.stream is None else []
         self.bad[f"{ev.cat} {str(ev.name)[:60]!r} without {'/'.join(missing)}"] += 1
 
+    def _flush_args(self) -> None:
+        """The piece's kept args into their columns: a batch of them as Args (~700 bytes each) would be most of
+        what the pass holds besides the columns."""
+        self.dev_comm_args.flush(self.dev.flushed)  # its keys are places among the pending device rows
+        self.comm_args_by_external_id.flush()
+
+    def _flush(self) -> None:
+        """Pending rows and kept args into their columns."""
+        self._flush_args()
+        (flush_light if self.light else flush_rows)((self.dev, self.cpu, self.launch))
+
     def finish(self) -> None:
         """After the last piece: every pending row into the columns (a light scan: into array.array chunks
         where it can, for :meth:`adopt` to finish)."""
         tables = (self.dev, self.cpu, self.launch)
+        if len(self.dev):
+            self.cpu_comm_args.clear()  # a GPU trace's: its CPU ops make no table (see the field)
+        self._flush()
         if self.light:
-            flush_light(tables)
             return
-        flush_rows(tables)
         release_free_memory()
         for table in tables:
             table.finish()
         release_free_memory()  # the chunks the columns were joined from
+
+    def release(self, *names: str) -> None:
+        """Let go of what the tables being built no longer read (``launch``, ``cpu``, kept args): each named
+        field becomes empty, as in a scan that kept nothing of it."""
+        for each in fields(self):
+            if each.name in names and callable(each.default_factory):
+                setattr(self, each.name, each.default_factory())
 
     def adopt(self) -> None:
         """A light scan's columns as :meth:`finish` makes them (numpy), in the process that reads them."""

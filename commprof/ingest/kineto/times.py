@@ -59,8 +59,10 @@ def _launch_times(scan: Scan, base_ns: int) -> tuple[np.ndarray, np.ndarray]:
     launch = scan.launch
     if not len(launch):
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    ok = launch.ok("ts")
-    corr, ts = launch.col("corr")[ok], launch.col("ts")[ok] + base_ns
+    ok, corr, ts = launch.ok("ts"), launch.col("corr"), launch.col("ts")
+    if ok.all() and (corr.size < 2 or bool((corr[1:] > corr[:-1]).all())):
+        return corr, ts + base_ns  # each correlation once, in order (as a trace lists them): nothing to sort
+    corr, ts = corr[ok], ts[ok] + base_ns
     order = np.lexsort((ts, corr))
     corr, ts = corr[order], ts[order]
     unique, first = np.unique(corr, return_index=True)

@@ -486,8 +486,7 @@ def stretch(grid: pl.DataFrame, work: pl.DataFrame | None) -> int:
     if grid.height:
         series.extend(g["late_ns"].to_numpy() for g in grid.sort("step").partition_by("pg", "rank"))
     if work is not None and work.height:
-        t = work.pivot(on="rank", index="step", values="work_ns", aggregate_function="sum").sort("step")
-        arr = t.drop("step").to_numpy().astype(float)
+        arr = _work_table(work)
         if arr.shape[1] > 1 and not np.isnan(arr).any():
             arr = arr - np.median(arr, axis=1, keepdims=True)
             series.extend(arr.T)
@@ -505,6 +504,20 @@ def stretch(grid: pl.DataFrame, work: pl.DataFrame | None) -> int:
     rho = num / den
     rho = min(MAX_RHO, max(0.0, rho + (1 + 4 * rho) / float(np.mean(lengths))))
     return max(MIN_STRETCH, round((1 + rho) / (1 - rho)))
+
+
+def _work_table(work: pl.DataFrame) -> np.ndarray:
+    """(steps, ranks) of work_ns, steps in order, ranks in their first appearance, a (step, rank) summed (0 where a
+    rank has no row of a step, as a pivot's sum gives): ``work.pivot(on="rank", index="step", values="work_ns",
+    aggregate_function="sum")``'s numbers without a frame of one column per rank (16,384 columns: 25 s)."""
+    summed = work.group_by("rank", "step", maintain_order=True).agg(pl.col("work_ns").sum())
+    ranks = work["rank"].unique(maintain_order=True)
+    steps = summed["step"].unique().sort()
+    col = summed["rank"].replace_strict(ranks, pl.int_range(len(ranks), eager=True), return_dtype=pl.Int64)
+    row = summed["step"].replace_strict(steps, pl.int_range(len(steps), eager=True), return_dtype=pl.Int64)
+    arr = np.zeros((len(steps), len(ranks)))
+    arr[row.to_numpy(), col.to_numpy()] = summed["work_ns"].cast(pl.Float64).to_numpy()
+    return arr
 
 
 def pipeline_stages(process_groups: pl.DataFrame) -> dict[int, int]:

@@ -94,3 +94,59 @@ def test_leave_one_out_medians_equal_the_plain_computation() -> None:
             for trial in range(6):
                 table = (rng.integers(0, 4, (m, n)) * 1e6) if trial % 2 else rng.normal(size=(m, n)) * 1e7
                 assert _excess(table.astype(float)) == plain(table.astype(float))
+
+
+SIDECARS = [
+    {"rank": 3, "pid": 77, "host": "h", "window": {"killed_by": "SIGTERM"}, "ended_at": None,
+     "process_groups": [{"name": "0", "desc": "default_pg", "ranks": list(range(64)), "size": 64, "backend": "nccl",
+                         "worker_tids": [1, 2]}]},
+    {"rank": "3", "pid": -1, "process_groups": [{"name": None}, {"name": 5, "worker_tids": "x", "size": -2,
+                                                                  "desc": 3, "ranks": "[0, 1]"}]},
+    {"rank": 1 << 70, "process_groups": "not a list"},
+    {"rank": 2, "process_groups": [7, {"name": "1"}]},
+    {"rank": 2, "ended_at": "2026-12-07T00:00:00Z", "extra": {"deep": [1, 2, {"x": None}]}},
+    [1, 2, 3],
+]
+
+
+@pytest.mark.parametrize("data", SIDECARS)
+def test_slim_sidecars_clean_alike_the_whole_ones(data: object) -> None:
+    """The commprof process reads sidecars without their member lists: the same fields kept and the same
+    problems said as reading each whole."""
+    import json
+
+    from commprof.ingest.rank_sidecar import clean_sidecar, decode_sidecar, decode_slim
+
+    raw = json.dumps(data).encode()
+    whole, whole_problems = clean_sidecar(decode_sidecar(raw), "f")
+    slim, slim_problems = clean_sidecar(decode_slim(raw), "f")
+    assert slim_problems == whole_problems
+    if whole is None:
+        assert slim is None
+        return
+    assert slim is not None
+    for key in ("rank", "pid", "host", "window", "ended_at"):
+        assert slim.get(key) == whole.get(key)
+    fields = ("name", "desc", "size", "backend", "worker_tids")
+    assert [[g.get(k) for k in fields] for g in slim.get("process_groups") or []] == \
+        [[g.get(k) for k in fields] for g in whole.get("process_groups") or []]
+
+
+def test_work_table_equals_the_pivot_it_replaced() -> None:
+    """The straggler rule's (steps, ranks) work table without a column per rank: the pivot's numbers (sums, a
+    missing cell 0 as the pivot's sum makes it, NaN kept), ranks in first appearance, steps in order."""
+    import numpy as np
+
+    from analyzers.lateness import _work_table
+
+    rng = random.Random(1)
+    for _ in range(200):
+        rows = [(r, s, rng.random() * 1e6 if rng.random() > 0.02 else float("nan"))
+                for r in rng.sample(range(100), rng.randint(1, 8)) for s in rng.sample(range(50), rng.randint(1, 5))
+                for _ in range(rng.choice([0, 1, 1, 1, 2]))]
+        rng.shuffle(rows)
+        if not rows:
+            continue
+        work = pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "work_ns": pl.Float64}, orient="row")
+        pivot = work.pivot(on="rank", index="step", values="work_ns", aggregate_function="sum").sort("step")
+        assert np.array_equal(pivot.drop("step").to_numpy().astype(float), _work_table(work), equal_nan=True)

@@ -38,7 +38,7 @@ from commprof.ingest.common import comm_kernels
 from commprof.ingest.discover import Source, regular_file_problem
 from commprof.ingest.exports import FORMAT as EXPORT_FORMAT
 from commprof.ingest.formats import RankTrace, extract, rank_from_file_name
-from commprof.ingest.rank_sidecar import MSGSPEC_FROM, SidecarIndex, clean_sidecar, decode_sidecar
+from commprof.ingest.rank_sidecar import MSGSPEC_FROM, SidecarIndex, clean_sidecar, decode_sidecar, decode_slim
 from commprof.ingest.runner import InProcess, Outcome, ProgressFn, Runner, guarded, make_runner, usable_cpus
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.safe_write import CACHE_HINT, WriteError, atomic_write_bytes
@@ -426,7 +426,7 @@ def read_sidecars(source: Source, problems: list[str] | None = None) -> tuple[Si
                     problems.append(f"{path}: {regular_file_problem(path)}; skipped")
                     continue
                 raw = path.read_bytes()
-                data = decode_sidecar(raw, fast)
+                data = decode_slim(raw) if fast else decode_sidecar(raw, fast=False)
             except (OSError, ValueError, RecursionError):
                 continue  # a rank killed while writing leaves no complete sidecar: its ops stay unattributed
             clean, dropped = clean_sidecar(data, str(path))

@@ -37,14 +37,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("name", [*SAMPLES, "synth64"])
 def test_distinct_group_rows_equal_the_unique_of_every_ranks_rows(runs: dict[str, Path], tmp_path: Path,
-                                                                  name: str) -> None:
+                                                                  name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "BATCH_MAX_FILES", 4)  # traces in several batch files, rows sliced from each
     run = commprof.open_run(runs[name], cache_dir=tmp_path / "cache", runner=InProcess())
+    assert name == "gloo_4rank_profiler" or len({store.part_file(rf.meta, rf.entry.stem) for rf in run.rank_files}) > 1
     traces = [(rf.entry, rf.meta) for rf in run.rank_files]
     cache = run.ingested.cache
-    for order in (traces, list(reversed(traces)), random.Random(7).sample(traces, len(traces))):
-        want = store.read_rows(cache, "process_groups", order).unique(maintain_order=True)
-        got = store.distinct_rows(cache, "process_groups", order)
-        assert_frame_equal(got, want, check_exact=True)
+    for chunk in (1, 2, 32):  # files made distinct together
+        monkeypatch.setattr(store, "DISTINCT_CHUNK", chunk)
+        for order in (traces, list(reversed(traces)), random.Random(7).sample(traces, len(traces))):
+            want = store.read_rows(cache, "process_groups", order).unique(maintain_order=True)
+            got = store.distinct_rows(cache, "process_groups", order)
+            assert_frame_equal(got, want, check_exact=True)
     assert run.process_groups.height == run.process_groups["pg"].n_unique()
 
 

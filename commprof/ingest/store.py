@@ -23,7 +23,7 @@ import io
 import json
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -664,14 +664,29 @@ def read_rows(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, A
     return whole.select(pl.all().gather(pl.Series(idx)))
 
 
+DISTINCT_CHUNK = 32  # files made distinct together (fewer polars calls; ~15 MB of member lists at 16,384 ranks)
+
+
+def _read_ahead(paths: list[Path], depth: int = 8) -> Iterator[pl.DataFrame]:
+    """The files' frames in order, up to ``depth`` read ahead in threads (polars reads without the GIL)."""
+    with ThreadPoolExecutor(4) as pool:
+        pending = [pool.submit(_read_parquet, p) for p in paths[:depth]]
+        for i in range(len(paths)):
+            frame = pending[i].result()
+            pending[i] = None  # type: ignore[call-overload]
+            if i + depth < len(paths):
+                pending.append(pool.submit(_read_parquet, paths[i + depth]))
+            yield frame
+
+
 def distinct_rows(cache: Path, table: str, traces: list[tuple[FileEntry, dict[str, Any]]],
                   prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None) -> pl.DataFrame:
     """``read_rows(...)`` (each file through ``prepare``) then ``unique(maintain_order=True)``, without ever
-    holding more than one file and the distinct rows: every trace lists the members of its groups, so the
+    holding more than a few files and the distinct rows: every trace lists the members of its groups, so the
     rows of all traces hold ranks x group size members (the world group alone 16,384 x 16,384 at 16,384
-    ranks), the distinct rows the sum of the group sizes. A file's rows are made distinct in polars (each with
-    its first place: trace, then row), then checked against the rows kept so far by hash and, on a hash seen
-    before, by value; a row's place is the first among all files."""
+    ranks), the distinct rows the sum of the group sizes. The files are read ahead in threads and made distinct
+    ``DISTINCT_CHUNK`` at a time in polars (each row with its first place: trace, then row), then checked against
+    the rows kept so far by hash and, on a hash seen before, by value; a row's place is the first among all."""
     folder = cache / table
     pieces: dict[str, list[tuple[int, tuple[int, int] | None]]] = {}
     for pos, (entry, meta) in enumerate(traces):
@@ -680,32 +695,35 @@ def distinct_rows(cache: Path, table: str, traces: list[tuple[FileEntry, dict[st
         raise ValueError("no traces")
     kept: dict[int, list[list[Any]]] = {}  # hash -> [[place, row], ...] (rows of one hash differ in value)
     schema: pl.Schema | None = None
-    for name, parts in pieces.items():
-        whole = _read_parquet(folder / f"{name}.parquet")
+    names = list(pieces)
+    frames: list[pl.DataFrame] = []
+    for k, whole in enumerate(_read_ahead([folder / f"{name}.parquet" for name in names])):
         whole = prepare(whole) if prepare is not None else whole
         schema = schema or whole.schema
-        frames = []
-        for pos, rows in parts:
+        for pos, rows in pieces[names[k]]:
             part = whole if rows is None else whole.slice(rows[0], rows[1])
             frames.append(part.with_columns(pl.lit(pos, pl.Int64).alias("_pos"),
                                             pl.int_range(pl.len(), dtype=pl.Int64).alias("_row")))
-        file_rows = pl.concat(frames, how="vertical_relaxed").sort("_pos", "_row", maintain_order=True)
-        content = [c for c in file_rows.columns if c not in ("_pos", "_row")]
-        file_rows = file_rows.unique(subset=content, keep="first", maintain_order=True)
-        places = list(zip(file_rows["_pos"].to_list(), file_rows["_row"].to_list(), strict=True))
-        rows_only = file_rows.select(content)
+        if (k + 1) % DISTINCT_CHUNK and k + 1 < len(names):
+            continue
+        chunk = pl.concat(frames, how="vertical_relaxed").sort("_pos", "_row", maintain_order=True)
+        frames = []
+        content = [c for c in chunk.columns if c not in ("_pos", "_row")]
+        chunk = chunk.unique(subset=content, keep="first", maintain_order=True)
+        places = list(zip(chunk["_pos"].to_list(), chunk["_row"].to_list(), strict=True))
+        rows_only = chunk.select(content)
         for i, h in enumerate(rows_only.hash_rows().to_list()):
             row = rows_only.slice(i, 1)
             same = kept.setdefault(h, [])
-            match = next((k for k in same if k[1].equals(row)), None)
+            match = next((m for m in same if m[1].equals(row)), None)
             if match is None:
                 same.append([places[i], row])
             elif places[i] < match[0]:
                 match[0] = places[i]
-    ordered = sorted((k for same in kept.values() for k in same), key=lambda k: k[0])
+    ordered = sorted((m for same in kept.values() for m in same), key=lambda m: m[0])
     if not ordered:
         return pl.DataFrame(schema=schema)
-    found: list[pl.DataFrame] = [k[1] for k in ordered]
+    found: list[pl.DataFrame] = [m[1] for m in ordered]
     return pl.concat(found, how="vertical_relaxed")
 
 

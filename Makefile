@@ -128,8 +128,16 @@ bench-nccl: $(STAMP)  # NCCL logs: all-NCCL 93 MB + a 1 GB app log with NCCL at 
 bench-synth: $(STAMP)  # 64-rank synthetic run, ~50 MB/rank: generate + analyze, vs HTA (BENCH_SYNTH_ARGS="--mb-per-rank 5")
 	$(BIN)/python bench/bench_synth.py $(BENCH_SYNTH_ARGS)
 
-bench-scale: $(STAMP)  # 256 ranks x >= 20 MB: 1 vs 2 workers, RSS per worker, HTA on 16 ranks (BENCH_SCALE_ARGS="--ranks 64")
+# 256 ranks x >= 20 MB: 1 vs 2 workers, RSS per worker, HTA on 16 ranks, Flight Recorder dumps of 16,384 ranks
+# (BENCH_SCALE_ARGS="--ranks 64 --no-fr"); then issue 39's frontier runs: 16,384 ranks cold / warm / Dask / --ranks,
+# the 5,000-rank DP-2,500 run against BENCH_FRONTIER_BASE (a checkout of the revision before; none: not compared)
+# (BENCH_FRONTIER_ARGS="--only 5k-dp2500 --no-dask"), and the cost of each stage as ranks, groups, calls and steps
+# grow (BENCH_FITS_ARGS="--max-ranks 2048"). About 1.5 h on 2 cores, the runs generated once (~15 GB under
+# $COMMPROF_BENCH_CACHE, default /tmp/commprof-bench-scale).
+bench-scale: $(STAMP)
 	$(BIN)/python bench/bench_scale.py $(BENCH_SCALE_ARGS)
+	$(BIN)/python bench/bench_frontier.py $(if $(BENCH_FRONTIER_BASE),--base $(BENCH_FRONTIER_BASE)) $(BENCH_FRONTIER_ARGS)
+	$(BIN)/python bench/bench_fits.py $(BENCH_FITS_ARGS)
 
 clean:
 	rm -rf $(VENV) .bench-venv .pytest_cache .mypy_cache .ruff_cache

@@ -133,6 +133,21 @@ def main() -> None:
     responsible, and how much of it is hidden behind compute."""
 
 
+# polars' allocator (jemalloc) keeps the pages a process frees for 0.5-1.5 s (the decay polars sets), so a command
+# that parses traces itself (--workers 1, runs under COMMPROF_PARALLEL_MIN_BYTES) peaked several MB above what it
+# held: a 304 MB kernel-heavy trace's ingest +8 MB (0.50x its JSON against 0.48x). The program hands them back at
+# once, as the pool's workers do (ingest.runner._WORKER_JEMALLOC). Set before polars loads (it reads the variable
+# then, after its own defaults); a value the user set is kept.
+JEMALLOC_ENV, JEMALLOC_CONF = "_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0"
+
+
+def _allocator_defaults() -> None:
+    import os
+
+    if "polars" not in sys.modules:
+        os.environ.setdefault(JEMALLOC_ENV, JEMALLOC_CONF)
+
+
 def run() -> None:
     """The ``commprof`` program (the console script, ``python -m commprof``): :data:`main`, and then, after one
     of the :data:`QUICK_EXIT` commands, the end of the process without the interpreter's teardown. That
@@ -145,6 +160,7 @@ def run() -> None:
     Not under a profiler or a tracer (``python -m cProfile -m commprof``: they write what they saw at the usual
     end). Tests that invoke ``main`` in-process (click's CliRunner) never come here."""
     main.as_program = True  # its GC thresholds stay to the end (see GC_THRESHOLD)
+    _allocator_defaults()
     try:
         main()  # click's standalone mode: always ends in SystemExit
     except SystemExit as done:

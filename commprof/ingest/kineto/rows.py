@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-BATCH = 1 << 15  # pending time values that make a flush (~3 MB of Python values)
+BATCH = 1 << 14  # pending time values that make a flush (~1.5 MB of Python values)
 
 
 class Codes(dict[Any, int]):

@@ -121,8 +121,7 @@ class Analysis:
 
     @cached_property
     def _traffic(self) -> tuple[pl.DataFrame, int]:
-        n_steps = int(self.steps["step"].n_unique()) if self.steps.height else 1
-        matrix: tuple[pl.DataFrame, int] = traffic_matrix(self.collectives, self.process_groups, n_steps)
+        matrix: tuple[pl.DataFrame, int] = traffic_matrix(self.collectives, self.process_groups, self._n_steps)
         return matrix
 
     @cached_property
@@ -133,6 +132,38 @@ class Analysis:
 
         pairs: pl.DataFrame = host_pairs(self.collectives, self.process_groups, self.ranks)
         return pairs
+
+    @cached_property
+    def host_summary(self) -> pl.DataFrame:
+        """Per host, worst first: its ranks' step and exposed time, the rank the others wait for, the bytes it
+        moves inside and to other hosts, its port rate (analyzers/hosts.py); the views' rows past a few
+        hundred ranks."""
+        from commprof.analyzers.hosts import host_summary
+
+        frame: pl.DataFrame = host_summary(self.ranks, self.rank_summary, self.stragglers, self.collectives,
+                                           self.process_groups, self.tables.sidecars.ib_ports, self._n_steps)
+        return frame
+
+    @cached_property
+    def group_waits(self) -> pl.DataFrame:
+        """Per process group, the groups that wait most first: its members' mean and longest wait per step
+        (summaries.group_waits over :attr:`rank_group_waits`)."""
+        frame: pl.DataFrame = sm.group_waits(self.rank_group_waits)
+        return frame
+
+    def host_traffic(self, hosts: list[str] | None = None) -> tuple[pl.DataFrame, int]:
+        """:attr:`traffic` summed per host pair without rank pairs; ``hosts``: those apart and the rest as one
+        (traffic.OTHER_HOSTS). Also the calls left out (their group's ranks unknown). Not cached: a view asks
+        for the few hosts it shows."""
+        from commprof.analyzers.traffic import host_traffic
+
+        out: tuple[pl.DataFrame, int] = host_traffic(self.collectives, self.process_groups, self.ranks,
+                                                     self._n_steps, hosts)
+        return out
+
+    @property
+    def _n_steps(self) -> int:
+        return int(self.steps["step"].n_unique()) if self.steps.height else 1
 
     @property
     def traffic(self) -> pl.DataFrame:

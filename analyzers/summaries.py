@@ -278,3 +278,25 @@ def rank_group_waits(collectives: pl.DataFrame, steps: pl.DataFrame) -> pl.DataF
                       .alias("wait_ns_per_step"))
     )
     return out.select(list(schema)).cast(schema).sort("pg", "rank")  # type: ignore[arg-type]
+
+
+def group_waits(rank_group_waits: pl.DataFrame) -> pl.DataFrame:
+    """Per process group, from ``rank_group_waits``: its members' mean wait for later ranks per step, the
+    longest (and whose), the matched calls of its busiest member; the groups that wait most first (mean, then
+    longest), ties by group id with numbers compared as numbers."""
+    schema = {"pg": pl.String, "dimension": pl.String, "tier": pl.String, "ranks": pl.Int64,
+              "wait_ns_per_step": pl.Float64, "max_wait_ns_per_step": pl.Int64, "max_wait_rank": pl.Int64,
+              "matched_calls": pl.Int64}
+    if rank_group_waits.height == 0:
+        return pl.DataFrame(schema=schema)
+    out = (rank_group_waits.sort("wait_ns_per_step", "rank", descending=[True, False])
+           .group_by("pg", maintain_order=True)
+           .agg(pl.col("dimension").first(), pl.col("tier").first(), pl.len().alias("ranks"),
+                pl.col("wait_ns_per_step").mean().alias("wait_ns_per_step"),
+                pl.col("wait_ns_per_step").first().alias("max_wait_ns_per_step"),
+                pl.col("rank").first().alias("max_wait_rank"), pl.col("matched_calls").max()))
+    number = pl.col("pg").str.extract(r"^(\d+)$").cast(pl.Int64, strict=False)
+    return (out.with_columns(number.alias("_n"))
+            .sort("wait_ns_per_step", "max_wait_ns_per_step", "_n", "pg", descending=[True, True, False, False],
+                  nulls_last=True)
+            .select(list(schema)).cast(schema))  # type: ignore[arg-type]

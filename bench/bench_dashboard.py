@@ -46,6 +46,17 @@ def render_ms(driver, url: str, graph: str, timeout: float = 60.0) -> float:  # 
     return float("nan")
 
 
+def screenshot(driver, path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The whole page (the window grows to its height for the shot), once its graphs have drawn."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    time.sleep(1.0)
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    driver.set_window_size(1400, min(max(height + 120, 1000), 7000))
+    time.sleep(0.5)
+    driver.save_screenshot(str(path))
+    driver.set_window_size(1400, 1000)
+
+
 def server_start_s(run: Path) -> float:
     """Seconds from launching ``commprof dashboard RUN`` until it answers ``/``."""
     import subprocess
@@ -80,6 +91,8 @@ def main() -> None:
     parser.add_argument("--run", type=Path, default=None,
                         help="a run directory to measure instead of a generated one (e.g. `commprof synth` 256 "
                              "ranks); also times `commprof dashboard RUN` until it answers")
+    parser.add_argument("--shots", type=Path, default=None,
+                        help="save a full-page screenshot of each page's first render here (RUN-PAGE.png)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="commprof-bench-dash-"))
     sample = tmp / "sample"
@@ -118,6 +131,8 @@ def main() -> None:
                 sizes.clear()
                 first = render_ms(driver, f"{server.url}/run/{key}/{page}", graph)  # cold: analysis + caches
                 sizes_cold = max((s for _, s in sizes), default=0)
+                if args.shots:
+                    screenshot(driver, args.shots / f"{key}-{page}.png")
                 warm = render_ms(driver, f"{server.url}/run/{key}/{page}", graph)
                 rows.append((key, page, first, warm, sizes_cold))
             # the timeline with every rank selected, and a zoomed window, as server-side payloads

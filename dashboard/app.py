@@ -14,7 +14,7 @@ from urllib.parse import quote, unquote
 from dash import Dash, Input, Output, State, dcc, html
 from flask import Response
 
-from commprof.dashboard import ids, pages
+from commprof.dashboard import ids, pages, scale
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.memo import Memo
 from commprof.dashboard.serve import cache_answers
@@ -209,6 +209,14 @@ def create_app(runs: dict[str, Run], cache: RunCache | None = None, settings: An
     _register_download(app, cache)
     app.commprof_answers = cache_answers(app)  # type: ignore[attr-defined]  # one computation per view state
     app.commprof_cache = cache  # type: ignore[attr-defined]  # tests and the benchmark read it
-    # each run's overview built before anyone asks (warm_in_background), so a first visit only draws
-    app.commprof_warm_page = lambda key: built(run_path(key), "")  # type: ignore[attr-defined]
+    def warm_pages(key: str) -> None:
+        """Each run's overview built before anyone asks (warm_in_background), so a first visit only draws;
+        past 256 ranks the skew and topology too, whose first build then reads the analysis' per-host and
+        per-group tables (~1.5 s each at 16,384 ranks)."""
+        built(run_path(key), "")
+        if scale.at_scale(cache, key):
+            for page in ("skew", "topology"):
+                built(run_path(key, page), "")
+
+    app.commprof_warm_page = warm_pages  # type: ignore[attr-defined]
     return app

@@ -76,3 +76,15 @@ OVERVIEW_STRAGGLER = "headline-straggler"
 OVERVIEW_WORST_GROUP = "headline-worst-group"
 OVERVIEW_SPREAD = "overview-spread"
 TOPO_LEFT_OUT = "topology-left-out"
+
+# past 256 ranks (dashboard/scale.py): hosts and groups, worst first
+OVERVIEW_HOSTS = "overview-hosts"
+OVERVIEW_GROUPS = "overview-groups"
+SKEW_SCALE = "skew-scale"  # what the aggregated skew page shows of how many
+SKEW_WORST_GROUPS = "skew-worst-groups"
+TOPO_SCALE = "topology-scale"
+TOPO_HOST = "topology-host"  # dropdown: the host to draw with the worst ones
+TOPO_SHOWN = "topology-shown"  # dcc.Store: the host the page was drawn with
+TOPO_HOSTS = "topology-hosts"
+TOPO_NOTE = "topology-note"  # links left out of the aggregated drawing, or why a host cannot be drawn
+TOPO_PROBLEM = "topology-problem"  # a ?host= the run does not have

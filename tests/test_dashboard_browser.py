@@ -468,3 +468,114 @@ def test_256_ranks(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> No
         assert console_errors(browser) == []
     finally:
         srv.stop()
+
+
+# the most data points any trace may draw past 256 ranks: nothing per rank, per host or per group of the run
+MOST_POINTS_JS = """
+let most = 0;
+document.querySelectorAll('.js-plotly-plot').forEach((g) => (g.data || []).forEach((t) => {
+  for (const k of ['x', 'y', 'z']) if (t[k] && t[k].length > most) most = t[k].length; }));
+return most;
+"""
+
+
+def _pick_by_typing(browser: Any, dropdown: str, text: str, want: str) -> None:
+    """Open a dropdown, type into its search box and click the option that reads ``want``."""
+    from selenium.webdriver.common.by import By
+
+    browser.find_element(By.CSS_SELECTOR, f"#{dropdown}").click()
+    box = wait_for(browser, "input.dash-dropdown-search")  # Dash 4: in a popover beside the page
+    box.send_keys(text)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        hits = [o for o in browser.find_elements(By.CSS_SELECTOR, "[role=option]") if want in o.text]
+        if hits:
+            hits[0].click()
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no option {want!r} after typing {text!r}")
+
+
+def test_pages_past_256_ranks_show_hosts_and_groups_worst_first(browser: Any,
+                                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    """1,024 ranks on 128 hosts (issue 39, item 4): overview, skew and topology draw hosts and groups, worst
+    first, and say "the worst K of N"; no figure, table or dropdown holds a row per rank, host or group; a
+    host or group found by typing its name is drawn; no console error."""
+    from selenium.webdriver.common.by import By
+
+    import commprof
+    from commprof.dashboard import create_app
+    from commprof.synth_run import make_run
+
+    out = make_run(tmp_path_factory.mktemp("s1k") / "s1k", ranks=1024, steps=2, layout=(8, 1, 128),
+                   kernels_per_phase=1, straggler_rank=300, straggler_delay_us=200, gpus_per_host=8,
+                   extra=(("slow_link", "gpu-node-45"),))
+    srv = Server(create_app({"s1k": commprof.open_run(out)}))
+    try:
+        console_errors(browser)
+        browser.get(f"{srv.url}/run/s1k/overview")
+        assert wait_plot(browser, ids.OVERVIEW_BREAKDOWN, timeout=120) == 5
+        hosts = wait_for(browser, f"#{ids.OVERVIEW_HOSTS}").text
+        assert "Hosts: the worst 16 of 128 hosts" in hosts and "112 more" in hosts
+        # gpu-node-45's port is slow (the topology capture), rank 300 on gpu-node-37 is the one waited on
+        assert hosts.index("gpu-node-45") < hosts.index("gpu-node-37") < hosts.index("gpu-node-00")
+        assert len(browser.find_elements(By.CSS_SELECTOR, f"#{ids.OVERVIEW_HOSTS} tbody tr")) == 16
+        groups = wait_for(browser, f"#{ids.OVERVIEW_GROUPS}").text
+        assert "Process groups: the worst 20 of 137 groups" in groups and "117 more" in groups
+        assert "16 of 1,024 ranks" in browser.find_element(By.CSS_SELECTOR, f"#{ids.OVERVIEW_BREAKDOWN}").text
+        assert browser.execute_script(MOST_POINTS_JS) <= 64
+        check_layout(browser, "s1k/overview")
+        shot(browser, "s1k-overview")
+
+        browser.get(f"{srv.url}/run/s1k/skew")
+        wait_plot(browser, ids.SKEW_HEATMAP, timeout=60)
+        wait_plot(browser, ids.SKEW_GROUPS, timeout=60)
+        assert "the worst 20 of 136 groups" in wait_for(browser, f"#{ids.SKEW_WORST_GROUPS}").text
+        said = wait_for(browser, f"#{ids.SKEW_SCALE}").text
+        assert "the worst 40 of 128 hosts" in said and "the worst 30 of 136 groups" in said
+        columns = browser.execute_script(f"return document.querySelector('#{ids.SKEW_GROUPS} .js-plotly-plot')"
+                                         "._fullData[0].x.length")
+        assert columns == 30  # every group said is drawn: each brings its own worst host
+        calls = browser.execute_script(f"return document.querySelector('#{ids.SKEW_HEATMAP} .js-plotly-plot')"
+                                       "._fullLayout.annotations.map(a => a.text)")
+        assert any("64 of its 128 ranks" in t for t in calls), calls
+        assert browser.execute_script(MOST_POINTS_JS) <= 64
+        check_layout(browser, "s1k/skew")
+        shot(browser, "s1k-skew")
+        browser.find_element(By.CSS_SELECTOR, f"#{ids.SKEW_PG}").click()
+        options = browser.find_elements(By.CSS_SELECTOR, "[role=option]")
+        assert 1 < len(options) <= 21  # every group, then the 20 that wait most
+        from selenium.webdriver.common.keys import Keys
+
+        browser.find_element(By.CSS_SELECTOR, "input.dash-dropdown-search").send_keys(Keys.ESCAPE)
+        _pick_by_typing(browser, ids.SKEW_PG, "pg 77", "(pg 77)")  # a TP group that waits not at all
+        deadline = time.monotonic() + 20
+        while "pg=77" not in browser.current_url and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "pg=77" in browser.current_url
+
+        browser.get(f"{srv.url}/run/s1k/topology")
+        wait_plot(browser, ids.TOPO_GRAPH, timeout=60)
+        wait_plot(browser, ids.TOPO_TRAFFIC, timeout=60)
+        assert "the worst 16 of 128 hosts" in wait_for(browser, f"#{ids.TOPO_SCALE}").text
+        assert "Hosts: the worst 16 of 128 hosts" in wait_for(browser, f"#{ids.TOPO_HOSTS}").text
+        size = browser.execute_script(
+            f"return document.querySelector('#{ids.TOPO_TRAFFIC} .js-plotly-plot')._fullData[0].z.length")
+        assert size == 17  # the 16 hosts and the rest, summed
+        assert browser.execute_script(MOST_POINTS_JS) <= 64
+        check_layout(browser, "s1k/topology")
+        shot(browser, "s1k-topology")
+        _pick_by_typing(browser, ids.TOPO_HOST, "node-100", "gpu-node-100")
+        deadline = time.monotonic() + 20
+        drawn_js = (f"return document.querySelector('#{ids.TOPO_GRAPH} .js-plotly-plot').data"
+                    ".filter(t => t.name === 'host')[0].customdata")
+        while "gpu-node-100" not in (browser.execute_script(drawn_js) or []) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "gpu-node-100" in browser.execute_script(drawn_js) and "host=gpu-node-100" in browser.current_url
+        assert "drawn are gpu-node-100 and the worst 15 of 128 hosts" in wait_for(
+            browser, f"#{ids.TOPO_SCALE}", text="gpu-node-100").text
+        assert "gpu-node-100" in browser.find_element(By.CSS_SELECTOR, f"#{ids.TOPO_HOSTS} tbody").text
+        shot(browser, "s1k-topology-host")
+        assert console_errors(browser) == []
+    finally:
+        srv.stop()

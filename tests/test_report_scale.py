@@ -100,3 +100,27 @@ def test_the_host_clock_table_of_many_hosts_shows_the_ones_that_matter(big_repor
     assert "16 of 40 hosts" in analysis_text.render_markdown(report)
     few = {**big_report, "skew": {**big_report["skew"], "host_clocks": clocks[:5]}}
     assert "more in --format json" not in _text(few).split("Host clocks", 1)[1]  # a few hosts: all of them
+
+
+def test_a_group_of_irregular_members_is_summarised_never_listed() -> None:
+    """A process group's members print as a range when they are one ("3..4091 step 8"); past 16 irregular
+    ones as their count and first runs (issue 39: a group of 2,048 ranks is not printed member by member)."""
+    assert analysis_text.fmt_ranks(list(range(3, 4096, 8))) == "3..4091 step 8"
+    assert analysis_text.fmt_ranks([9, 2, 5]) == "2,5,9"
+    members = [*range(0, 1024), *range(2048, 3072), 4000, 4001, 5000, 7000, 7003]
+    text = analysis_text.fmt_ranks(members)
+    assert text == "2,053 ranks: 0..1023, 2048..3071, 4000, 4001, … (3 more runs)"
+    report = {"process_groups": [{"pg": "9", "desc": None, "ranks": members, "dimension": "dp", "tier": "ib",
+                                  "op_mix": {"all_reduce": 2}, "bytes_per_step": 8, "comm_ns_per_step": 1,
+                                  "exposed_ns_per_step": 1, "busbw_gbps": None, "efficiency": None}]}
+    assert analysis_text.pg_rows(report)[0][2] == text
+
+
+def test_the_late_ranks_table_says_how_many_it_left_out(big_report: dict[str, Any]) -> None:
+    late = [s for s in big_report["skew"]["stragglers"] if s["caused_wait_ns_per_step"] > 0]
+    title = analysis_text.skew_title(big_report)
+    assert len(late) == 32  # the ranks that were last to arrive at some matched call
+    assert "the 5 of 32 that make the others wait most; 27 more in --format json" in title
+    assert len(analysis_text.skew_rows(big_report)) == 5
+    few = {**big_report, "skew": {**big_report["skew"], "stragglers": late[:3]}}
+    assert "more in --format json" not in analysis_text.skew_title(few)

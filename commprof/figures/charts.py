@@ -319,9 +319,10 @@ def skew_group_figure(cells: pl.DataFrame, by: str, straggler: int | None) -> go
 
 
 def skew_calls_figure(waits: pl.DataFrame, straggler: int | None, title_suffix: str = "",
-                      max_columns: int = MAX_SKEW_COLUMNS) -> go.Figure:
+                      max_columns: int = MAX_SKEW_COLUMNS, subtitle: str | None = None) -> go.Figure:
     """Rank × matched call (in time order) of each rank's wait (ms) for the last rank to arrive; the rank
-    the others waited for most is boxed. Hover names the call's group, dimension, op and step."""
+    the others waited for most is boxed. Hover names the call's group, dimension, op and step; ``subtitle``:
+    a line under the title (which ranks are shown of how many)."""
     title = "Wait per rank and matched call (ms blocked on the last rank to arrive)" + title_suffix
     if waits.height == 0:
         return _empty(title, "no collective was seen by more than one rank")
@@ -352,7 +353,11 @@ def skew_calls_figure(waits: pl.DataFrame, straggler: int | None, title_suffix: 
     height = min(MAX_FIGURE_PX, max(360, 14 * len(ranks) + 160))
     fig.update_layout(xaxis={"title": "matched call, in time order (hover for its group)"},
                       yaxis={"title": "rank", "type": "category", "autorange": "reversed"}, height=height)
-    return _base(fig, title)
+    if subtitle is None:
+        return _base(fig, title)
+    _base(fig, title, margin={"t": 80, "l": 70, "r": 30, "b": 60})
+    _note(fig, subtitle)
+    return fig
 
 
 def compare_figure(deltas: pl.DataFrame, name_a: str, name_b: str) -> go.Figure:

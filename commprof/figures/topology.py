@@ -246,9 +246,16 @@ def traffic_figure(matrix: pl.DataFrame, ranks: list[int], hosts: dict[int, str]
         dst = matrix["dst"].replace_strict(hosts, default="?", return_dtype=pl.String)
         what = "host"
         title += f" — {len(ranks)} ranks summed per host"
+    return traffic_heatmap(labels, src.to_list(), dst.to_list(), matrix["bytes_per_step"].to_list(), what, title)
+
+
+def traffic_heatmap(labels: list[str], src: list[str], dst: list[str], values: list[float], what: str, title: str
+                    ) -> go.Figure:
+    """The traffic heatmap of ``labels`` × ``labels``: each (src, dst, bytes per step) summed into its cell,
+    on a log colour scale."""
     index = {name: i for i, name in enumerate(labels)}
     z = np.zeros((len(labels), len(labels)))
-    for s, d, b in zip(src.to_list(), dst.to_list(), matrix["bytes_per_step"].to_list(), strict=True):
+    for s, d, b in zip(src, dst, values, strict=True):
         if s in index and d in index:
             z[index[s], index[d]] += b
     # log colour: a dp link of a few MB stays visible beside a tp link of a GB

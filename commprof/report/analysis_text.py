@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from commprof.report.findings_text import finding_lines, what_if_lines
-from commprof.report.other_sources import hang_lines, hang_section, ras_lines, ras_section
+from commprof.report.other_sources import LIST_MAX, RUNS_MAX, _runs, hang_lines, hang_section, ras_lines, ras_section
 
 
 def fmt_ms(ns: float | None) -> str:
@@ -47,12 +47,18 @@ def fmt_eff(value: float | None) -> str:
 
 
 def fmt_ranks(ranks: list[int] | None) -> str:
+    """"0..7", "3..4091 step 8", a short list as it is; past LIST_MAX irregular ranks, their count and first
+    runs (a group of 2,048 members is never printed member by member; --format json lists them)."""
     if not ranks:
         return "?"
     ranks = sorted(ranks)
     step = ranks[1] - ranks[0] if len(ranks) > 1 else 1
     if len(ranks) > 4 and all(b - a == step for a, b in zip(ranks, ranks[1:], strict=False)):
         return f"{ranks[0]}..{ranks[-1]}" + (f" step {step}" if step != 1 else "")
+    if len(ranks) > LIST_MAX:
+        runs = [r.replace("-", "..", 1) for r in _runs(ranks)]
+        more = f", … ({len(runs) - RUNS_MAX} more runs)" if len(runs) > RUNS_MAX else ""
+        return f"{len(ranks):,} ranks: {', '.join(runs[:RUNS_MAX])}{more}"
     return ",".join(map(str, ranks))
 
 
@@ -179,10 +185,16 @@ def dimension_tier_rows(report: dict[str, Any]) -> list[list[str]]:
     ]
 
 
-def skew_rows(report: dict[str, Any], top: int = 5) -> list[list[str]]:
+SKEW_ROWS = 5
+
+
+def _late(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in report["skew"]["stragglers"] if (s.get("caused_wait_ns_per_step") or 0) > 0]
+
+
+def skew_rows(report: dict[str, Any], top: int = SKEW_ROWS) -> list[list[str]]:
     """The ranks the others wait for most (only those that make anyone wait)."""
-    rows = sorted((s for s in report["skew"]["stragglers"] if (s.get("caused_wait_ns_per_step") or 0) > 0),
-                  key=lambda s: (-s["caused_wait_ns_per_step"], s["rank"]))[:top]
+    rows = sorted(_late(report), key=lambda s: (-s["caused_wait_ns_per_step"], s["rank"]))[:top]
     return [[str(s["rank"]), fmt_ms(s["caused_wait_ns_per_step"]), f"{s['times_last']} calls",
              fmt_ms(s["wait_ns_per_step"]), fmt_ms(s["max_wait_ns"]),
              f"pg {s['max_wait_pg']} {s['max_wait_op']}" if s.get("max_wait_pg") else "-"] for s in rows]
@@ -246,7 +258,10 @@ def tier_sources(report: dict[str, Any]) -> str:
 def skew_title(report: dict[str, Any]) -> str:
     how = {"seq": "by (pg, seq)", "order": "by call order per group (no seq in the trace)",
            "seq and order": "by (pg, seq), else call order"}.get(report["skew"]["match_by"], "")
-    return f"Late ranks: who the others wait for (calls matched {how})"
+    n = len(_late(report))
+    more = (f": the {SKEW_ROWS} of {n:,} that make the others wait most; {n - SKEW_ROWS:,} more in --format json"
+            if n > SKEW_ROWS else "")
+    return f"Late ranks: who the others wait for (calls matched {how}){more}"
 
 
 def headline(report: dict[str, Any]) -> str:

@@ -1,5 +1,7 @@
 """Overview: the headline, the findings with links to their evidence, the CLI's dimension × tier table,
-the step-time breakdown per rank and comm per dimension and tier (click for the filtered views)."""
+the step-time breakdown per rank and comm per dimension and tier (click for the filtered views). Past 256
+ranks (dashboard/scale.py) also the worst hosts (the analysis' host summary) and the most exposed process
+groups (the CLI's rows), each with how many more there are."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from commprof.dashboard import ids
+from commprof.dashboard import ids, scale
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.state import as_key, as_ranks, guarded, href
 from commprof.figures import charts as figures
@@ -252,6 +254,8 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
         dimension_tier_table(cache, key),
         spread(cache, key),
         breakdown(cache, key),
+        *([scale.hosts_table(cache, key, ids.OVERVIEW_HOSTS), scale.groups_table(cache, key, ids.OVERVIEW_GROUPS)]
+          if scale.at_scale(cache, key) else []),
         html.Div([
             html.Div(dcc.Graph(id=ids.OVERVIEW_BY_DIMENSION, config={"displaylogo": False},
                                figure=figures.exposed_by_figure(a.by_dimension, "dimension")), className="half"),

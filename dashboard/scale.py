@@ -46,20 +46,23 @@ def host_rows(cache: RunCache, key: str, limit: int = WORST_HOSTS, chosen: str |
     return rows
 
 
-def hosts_table(cache: RunCache, key: str, table_id: str, chosen: str | None = None) -> Any:
-    """The worst hosts (the analysis' host summary, its order), each a link to the topology drawn around it."""
-    return html.Div(hosts_table_rows(cache, key, chosen), id=table_id)
+def hosts_table(cache: RunCache, key: str, table_id: str, chosen: str | None = None, here: bool = False) -> Any:
+    """The worst hosts (the analysis' host summary, its order), each a link to the topology drawn around it
+    (``here``: the table is on the topology page, whose router does not rebuild it for a new query string, so
+    the link loads the page afresh)."""
+    return html.Div(hosts_table_rows(cache, key, chosen, here), id=table_id)
 
 
-def hosts_table_rows(cache: RunCache, key: str, chosen: str | None = None) -> list[Any]:
+def hosts_table_rows(cache: RunCache, key: str, chosen: str | None = None, here: bool = False) -> list[Any]:
     """hosts_table's children (a page that redraws around another host replaces them); ``chosen`` in bold."""
+    link = html.A if here else dcc.Link
     summary = cache.analysis(key).host_summary
     rows = host_rows(cache, key, WORST_HOSTS, chosen)
     body = []
     for r in rows:
         span = f"{r['first_rank']}–{r['last_rank']}" if r["ranks"] > 1 else str(r["first_rank"])
         port = "–" if r["port_gbps"] is None else f"{r['port_gbps']:g}" + (" (slow)" if r["slow_port"] else "")
-        cells = [str(r["worst"]), dcc.Link(r["host"], href=href(key, "topology", host=r["host"])),
+        cells = [str(r["worst"]), link(r["host"], href=href(key, "topology", host=r["host"])),
                  f"{r['ranks']} ({span})", fmt_ms(r["step_ns"]), fmt_ms(r["exposed_comm_ns"]),
                  fmt_ms(r["exposed_wait_ns"]),
                  f"{fmt_ms(r['waited_on_ns_per_step'])} (rank {r['waited_on_rank']})"

@@ -576,6 +576,10 @@ def test_pages_past_256_ranks_show_hosts_and_groups_worst_first(browser: Any,
             browser, f"#{ids.TOPO_SCALE}", text="gpu-node-100").text
         assert "gpu-node-100" in browser.find_element(By.CSS_SELECTOR, f"#{ids.TOPO_HOSTS} tbody").text
         shot(browser, "s1k-topology-host")
+        # a host of the table opens the topology drawn around it (a fresh load: the router keys on the path)
+        browser.find_element(By.CSS_SELECTOR, f"#{ids.TOPO_HOSTS}").find_element(By.LINK_TEXT, "gpu-node-05").click()
+        assert "drawn are gpu-node-05 and" in wait_for(browser, f"#{ids.TOPO_SCALE}", text="gpu-node-05").text
+        assert browser.current_url.endswith("/run/s1k/topology?host=gpu-node-05")
         assert console_errors(browser) == []
     finally:
         srv.stop()

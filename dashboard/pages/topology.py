@@ -114,7 +114,7 @@ def _layout_at_scale(cache: RunCache, key: str, query: dict[str, str]) -> Any:
         html.P(_left_out_text(left_out), className="muted", id=ids.TOPO_NOTE),
         dcc.Graph(id=ids.TOPO_GRAPH, figure=graph, config={"displaylogo": False}),
         dcc.Graph(id=ids.TOPO_TRAFFIC, figure=matrix, config={"displaylogo": False}),
-        scale.hosts_table(cache, key, ids.TOPO_HOSTS, chosen),
+        scale.hosts_table(cache, key, ids.TOPO_HOSTS, chosen, here=True),
         _how(cache, key, calls_left_out),
     ])
 
@@ -145,7 +145,7 @@ def register(app: Dash, cache: RunCache) -> None:
         name = chosen[0] if chosen else None
         graph, matrix, left_out, _ = figures_at_scale(cache, key, name)
         return (graph, matrix, _left_out_text(left_out), "?" + urlencode({"host": name}) if name else "", name,
-                _said(cache, key, name), scale.hosts_table_rows(cache, key, name))
+                _said(cache, key, name), scale.hosts_table_rows(cache, key, name, here=True))
 
     @app.callback(Output(ids.URL, "href", allow_duplicate=True), Input(ids.TOPO_GRAPH, "clickData"),
                   State(ids.RUN_KEY, "data"), prevent_initial_call=True)

@@ -1,6 +1,7 @@
 """Issue 24's Kineto rows of `make bench`, each against a floor measured in the same script.
 
-    python bench/bench_kineto.py [--repeat 5] [--skip-hta] [--big-mb 20] [--rss-mb 500] [--profile]
+    python bench/bench_kineto.py [--repeat 5] [--skip-hta] [--big-mb 20] [--rss-mb 500] [--kernel-heavy-mb 300]
+                                 [--profile]
 
 1. ``commprof analyze`` of the 53.7 MB real trace as a whole process, cold (an empty table cache) and
    warm (the cache and the report of the cold run), interleaved with HTA 0.5.0's whole process on the same file
@@ -13,6 +14,9 @@
    file (the same inflater as the ingest's, so the floor is the machine's, not zlib's).
 3. Peak RSS of a whole ``commprof ingest`` process on one generated trace of ``--rss-mb`` MB (0 skips it),
    against its JSON size.
+4. The same for one kernel-heavy trace of ``--kernel-heavy-mb`` MB (bench/kernel_heavy.py: the 2x8 sample's rank 0
+   repeated, nearly every event a kernel, a launch or a collective the tables keep; generated once under the
+   cache, plain and gzipped), each read alone: target 0.5x.
 
 A cold ``analyze`` reads the trace in a forked child while the parent imports (commprof/ingest/kineto/prefetch.py)
 only when a core looks idle (runnable threads <= CPUs - 1, /proc/loadavg): on a shared machine set
@@ -76,9 +80,10 @@ def wall(cmd: list[str], env: dict[str, str] | None = None) -> float:
 
 
 def peak_rss_mb(cmd: list[str], env: dict[str, str]) -> float:
-    """Peak RSS of the command's own process (GNU time's %M: its wait4 rusage, the parent being small)."""
+    """Peak RSS of the command's own process in MB of 10^6 bytes, as the JSON's (GNU time's %M, KiB: its wait4
+    rusage, the parent being small)."""
     done = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], check=True, capture_output=True, text=True, env=env)
-    return int(done.stderr.strip().splitlines()[-1]) / 1024
+    return int(done.stderr.strip().splitlines()[-1]) * 1024 / 1e6
 
 
 def row(work: str, now: float, unit: str, floor: float | None, floor_what: str, hta: float | None, target: str,
@@ -206,12 +211,38 @@ def rss_row(mb: float) -> dict[str, Any]:
                base / size, "the imports' RSS / JSON", None, "<= 0.5x", peak / size <= 0.5)
 
 
+def kernel_heavy_rows(mb: float) -> list[dict[str, Any]]:
+    """Peak RSS of ``commprof ingest --workers 1`` on the kernel-heavy trace, plain and gzipped, against its JSON."""
+    import kernel_heavy
+
+    folder = CACHE / f"kernel-heavy-{mb:g}mb"
+    if not (folder / ".complete").is_file():
+        print(f"generating a {mb:g} MB kernel-heavy trace under {folder} (once) ...", flush=True)
+        kernel_heavy.write(mb, folder)
+        (folder / ".complete").touch()
+    size = (folder / "plain" / "rank-0.json").stat().st_size / 1e6
+    rows = []
+    for variant in ("plain", "gz"):
+        with tempfile.TemporaryDirectory(prefix="bench-kineto-rss-") as scratch:
+            env = {**os.environ, "PYTHONPATH": str(REPO), "COMMPROF_CACHE_DIR": scratch}
+            peak = peak_rss_mb([sys.executable, "-m", "commprof", "ingest", "--workers", "1", str(folder / variant)],
+                               env)
+            base = peak_rss_mb([sys.executable, "-c", INGEST_IMPORTS], env)
+        print(f"  ingest of the {size:.0f} MB kernel-heavy trace ({variant}): peak RSS {peak:.0f} MB "
+              f"({peak / size:.2f}x), imports alone {base:.0f} MB", flush=True)
+        rows.append(row(f"kernel-heavy {size:.0f} MB trace ({variant}): peak RSS / JSON (ingest, whole process)",
+                        peak / size, "x", base / size, "the imports' RSS / JSON", None, "<= 0.5x", peak / size <= 0.5))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--skip-hta", action="store_true")
     parser.add_argument("--big-mb", type=float, default=20.0, help="size of the generated rank trace for MB/s")
     parser.add_argument("--rss-mb", type=float, default=500.0, help="size of the trace for peak RSS (0: skip)")
+    parser.add_argument("--kernel-heavy-mb", type=float, default=300.0,
+                        help="size of the kernel-heavy trace for peak RSS (0: skip)")
     parser.add_argument("--profile", action="store_true", help="cProfile of one extract per trace")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
@@ -223,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     rows += ingest_rows(traces, args.repeat, args.profile)
     if args.rss_mb:
         rows.append(rss_row(args.rss_mb))
+    if args.kernel_heavy_mb:
+        rows += kernel_heavy_rows(args.kernel_heavy_mb)
     OUT_JSON.parent.mkdir(exist_ok=True)
     OUT_JSON.write_text(json.dumps({"rows": rows}, indent=1))
     print(f"rows written to {OUT_JSON.relative_to(REPO)}")

@@ -136,16 +136,24 @@ def main() -> None:
 # polars' allocator (jemalloc) keeps the pages a process frees for 0.5-1.5 s (the decay polars sets), so a command
 # that parses traces itself (--workers 1, runs under COMMPROF_PARALLEL_MIN_BYTES) peaked several MB above what it
 # held: a 304 MB kernel-heavy trace's ingest +8 MB (0.50x its JSON against 0.48x). The program hands them back at
-# once, as the pool's workers do (ingest.runner._WORKER_JEMALLOC). Set before polars loads (it reads the variable
-# then, after its own defaults); a value the user set is kept.
+# once, as the pool's workers do (ingest.runner._WORKER_JEMALLOC; they inherit it). Set before polars loads (it reads
+# the variable then, after its own defaults). A setting of the user's is kept; polars' own defaults, which polars
+# writes into the environment of any process that imports it (a parent script's, a benchmark's), are not one.
 JEMALLOC_ENV, JEMALLOC_CONF = "_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0"
+POLARS_JEMALLOC = ("dirty_decay_ms:500,muzzy_decay_ms:1000", "dirty_decay_ms:500,muzzy_decay_ms:1000,thp:always,"
+                   "metadata_thp:always")  # what polars 2.1 writes; with POLARS_THP=1 the second
 
 
 def _allocator_defaults() -> None:
     import os
 
-    if "polars" not in sys.modules:
-        os.environ.setdefault(JEMALLOC_ENV, JEMALLOC_CONF)
+    if "polars" in sys.modules:
+        return  # its allocator is set up
+    value = os.environ.get(JEMALLOC_ENV)
+    if value is None:
+        os.environ[JEMALLOC_ENV] = JEMALLOC_CONF
+    elif value in POLARS_JEMALLOC:
+        os.environ[JEMALLOC_ENV] = f"{value},{JEMALLOC_CONF}"
 
 
 def run() -> None:

@@ -194,7 +194,10 @@ def rule_link_efficiency(c: Ctx) -> list[Finding]:
     eff_t = pl.col("efficiency") * (pl.col("end_ns") - pl.col("start_ns")) / dur
     per_pg = big.group_by("pg", "tier", "dimension").agg(
         (eff_t * dur).sum().alias("_w"), dur.sum().alias("_d"), pl.col("peak_gbps").max())
-    per_pg = per_pg.with_columns((pl.col("_w") / pl.col("_d")).alias("eff"))
+    # slowest first, ties by group name: group_by's order is the hash table's (a Dask run listed the 8 equally
+    # slow groups of a 16,384-rank run in another order than a local one)
+    per_pg = per_pg.with_columns((pl.col("_w") / pl.col("_d")).alias("eff")).sort(
+        "eff", pl.col("pg").cast(pl.String).str.len_chars(), pl.col("pg").cast(pl.String))
     slow = per_pg.filter(pl.col("eff") < LOW_EFFICIENCY)
     out = []
     for (tier,), part in slow.partition_by("tier", as_dict=True).items():

@@ -9,12 +9,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 TIMES: dict[str, float] = {}
+PEAKS: dict[str, float] = {}  # the process's peak RSS (VmHWM, MB) when each stage ended: the stage that raised it
 _ON = [False]
 
 
 def enable() -> None:
     TIMES.clear()
+    PEAKS.clear()
     _ON[0] = True
+
+
+def _hwm_mb() -> float:
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return 0.0
 
 
 @contextmanager
@@ -27,3 +37,4 @@ def timed(name: str) -> Iterator[None]:
         yield
     finally:
         TIMES[name] = TIMES.get(name, 0.0) + time.perf_counter() - t0
+        PEAKS[name] = _hwm_mb()

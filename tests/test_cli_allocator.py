@@ -26,3 +26,13 @@ def test_the_allocator_setting(inherited: str | None, expected: str) -> None:
     done = subprocess.run([sys.executable, "-c", PROBE.format(JEMALLOC_ENV)], capture_output=True, text=True,
                           env=env, check=True, timeout=60)
     assert done.stdout.strip() == expected
+
+
+def test_record_leaves_the_trainings_environment_alone() -> None:
+    """``commprof record``'s environment is its ranks': the setting is not made there."""
+    env = {k: v for k, v in os.environ.items() if k != JEMALLOC_ENV}
+    probe = ("import os, sys; sys.argv = ['commprof', 'record', '--', 'true']; from commprof.cli import "
+             f"_allocator_defaults; _allocator_defaults(); print(os.environ.get({JEMALLOC_ENV!r}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True,
+                          timeout=60)
+    assert done.stdout.strip() == "None"

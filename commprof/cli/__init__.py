@@ -149,6 +149,8 @@ def _allocator_defaults() -> None:
 
     if "polars" in sys.modules:
         return  # its allocator is set up
+    if sys.argv[1:2] == ["record"]:
+        return  # the training's processes inherit this environment: record never changes what the training does
     value = os.environ.get(JEMALLOC_ENV)
     if value is None:
         os.environ[JEMALLOC_ENV] = JEMALLOC_CONF

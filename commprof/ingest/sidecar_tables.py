@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -22,6 +22,9 @@ from commprof.ingest.nccl_ras import find_reports
 from commprof.ingest.nccl_ras.tables import RAS_COUNTS, RAS_GROUPS, RAS_NOTES, read_reports
 from commprof.ingest.schema import INGEST_VERSION
 from commprof.ingest.topology import CommInfo, HostTopology, comm_rank_sets, read_topologies
+
+if TYPE_CHECKING:
+    from commprof.ingest.nccl_logs.load import NcclInputs
 
 NCCL_COMMS = pl.Schema({"comm_id": pl.String(), "ranks": pl.List(pl.Int32()), "tier": pl.String(),
                         "ops": pl.List(pl.String()), "colls": pl.Int64(), "link_gbps": pl.Float64()})
@@ -77,20 +80,33 @@ def empty_sidecars() -> SidecarTables:
                          nccl_setup=pl.DataFrame(schema=NCCL_SETUP))
 
 
-def _inputs(root: Path) -> list[Path]:
+@dataclass(frozen=True)
+class _Found:
+    """What one root holds (each looked for once: 16,384 NCCL logs were walked and sniffed twice, the RAS search
+    too): the NCCL logs and XML dumps, Flight Recorder dumps, RAS reports, and every input file (the cache key)."""
+
+    files: list[Path]
+    nccl: NcclInputs | None
+    dumps: list[Path]
+    reports: list[Path]
+
+
+def _inputs(root: Path) -> _Found:
     from commprof.ingest.nccl_logs import find_nccl_inputs
 
     files: list[Path] = []
+    nccl = None
     try:
-        found = find_nccl_inputs(root)
-        files += [*found.logs, *found.topologies, *found.graphs]
+        nccl = find_nccl_inputs(root)
+        files += [*nccl.logs, *nccl.topologies, *nccl.graphs]
     except CommprofError:
         pass
     folder = root / "raw" / "topology"
     if folder.is_dir():
         files += sorted(p for p in folder.glob("*.json") if p.is_file())
         files += [p for p in (folder / TOPOLOGY_CONF,) if p.is_file()]
-    return sorted(set(files) | set(find_dumps(root)) | set(find_reports(root)))
+    dumps, reports = find_dumps(root), find_reports(root, frozenset(nccl.logs) if nccl else ())
+    return _Found(sorted(set(files) | set(dumps) | set(reports)), nccl, dumps, reports)
 
 
 def _key(files: list[Path], ranks: pl.DataFrame) -> str:
@@ -110,7 +126,8 @@ def load_sidecars(roots: Sequence[Path], ranks: pl.DataFrame, world_size: int | 
     roots = [r for r in roots if r.is_dir()]
     if not roots:
         return empty_sidecars()
-    files = sorted({f for root in roots for f in _inputs(root)})
+    found = [_inputs(root) for root in roots]
+    files = sorted({f for each in found for f in each.files})
     if not files:
         return empty_sidecars()
     key = _key(files, ranks)
@@ -119,24 +136,24 @@ def load_sidecars(roots: Sequence[Path], ranks: pl.DataFrame, world_size: int | 
     if cached is not None:
         return cached
     warnings: list[str] = []
-    comms, setup = _nccl_comms(roots, ranks, world_size, warnings)
-    fr_entries, fr_groups = read_dumps(sorted({d for root in roots for d in find_dumps(root)},
+    comms, setup = _nccl_comms([each.nccl for each in found if each.nccl is not None], ranks, world_size, warnings)
+    fr_entries, fr_groups = read_dumps(sorted({d for each in found for d in each.dumps},
                                                    key=lambda d: (dump_rank(d) or 0, str(d))), warnings)
-    ras = read_reports(sorted({r for root in roots for r in find_reports(root)}), warnings)
+    ras = read_reports(sorted({r for each in found for r in each.reports}), warnings)
     tables = SidecarTables(comms, *_topology(roots), fr_entries, tuple(warnings), setup, fr_groups,
                            _switches(roots, warnings), ras.groups, ras.counts, ras.notes)
     _write_cache(folder, key, tables)
     return tables
 
 
-def _nccl_comms(roots: Sequence[Path], ranks: pl.DataFrame, world_size: int | None,
+def _nccl_comms(found: Sequence[NcclInputs], ranks: pl.DataFrame, world_size: int | None,
                 warnings: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     from commprof.ingest.nccl_logs import build_tables, load_nccl
+    from commprof.ingest.nccl_logs.load import merge_inputs
 
-    try:
-        nccl = load_nccl(roots)
-    except CommprofError:
+    if not found:
         return pl.DataFrame(schema=NCCL_COMMS), pl.DataFrame(schema=NCCL_SETUP)
+    nccl = load_nccl(found[0].root, merge_inputs(found))
     tables = build_tables(nccl.logs, nccl.topologies, nccl.graphs)
     if nccl.logs.stats.pasted_files:
         warnings.append(f"NCCL logs: {len(nccl.logs.stats.pasted_files)} file(s) pasted without their "
@@ -170,9 +187,13 @@ def _nccl_setup(processes: list[Any], links: pl.DataFrame, nics: pl.DataFrame, c
                                       (~pl.col("gdr").fill_null(True)).sum().alias("gdr_disabled_nics"))
     nvls_comms = comms.filter(pl.col("nvls").fill_null(False)).group_by("host").agg(
         pl.col("comm_id").n_unique().alias("nvls_comms"))
+    by_host: dict[str, list[Any]] = {}
+    for p in processes:  # one pass (a list per host was one pass per host: 2,048 x 16,384 processes)
+        if p.host:
+            by_host.setdefault(p.host, []).append(p)
     rows = []
     for host in hosts:
-        procs = [p for p in processes if p.host == host]
+        procs = by_host[host]
         nvls = [p.nvls_available for p in procs if p.nvls_available is not None]
         rows.append({"host": host, "processes": len(procs),
                      "networks": sorted({p.net_name for p in procs if p.net_name}),

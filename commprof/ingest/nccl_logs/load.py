@@ -55,27 +55,35 @@ class NcclRun:
 
 
 def _is_log(path: Path) -> bool:
-    """Whether the file holds NCCL lines anywhere: the job's stdout can carry megabytes of other output
-    before NCCL's first line, so the whole file is searched (a block at a time, at memchr speed), and
-    UTF-16 text (PowerShell's ``>``) is searched in its own encoding."""
+    """Whether the file holds NCCL lines anywhere and is no RAS report (which names NCCL's version too)."""
+    found, head = _sniff(path)
+    return found and not is_ras_report(path, head)
+
+
+def _sniff(path: Path) -> tuple[bool, bytes]:
+    """Whether the file holds NCCL lines anywhere, and its head as read (for the RAS check: one read a file). The
+    job's stdout can carry megabytes of other output before NCCL's first line, so the whole file is searched (a
+    block at a time, at memchr speed), and UTF-16 text (PowerShell's ``>``) is searched in its own encoding."""
     suffixes = [s.lower() for s in path.suffixes[-2:]]
     if suffixes and (suffixes[-1] in NOT_LOGS or (suffixes[-1] == ".gz" and suffixes[:1] == [".json"])):
-        return False
+        return False, b""
+    head = b""
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
+            # a small file's size, not a buffer of SNIFF_BYTES each (16,384 logs of 8 kB)
+            head = f.read(SNIFF_BYTES if path.suffix == ".gz" else min(SNIFF_BYTES, os.fstat(f.fileno()).st_size + 1))
             markers = _markers(head)
             tail = b""
             block = head
             while block:
                 window = tail + block
                 if any(marker in window for marker in markers):
-                    return True
+                    return True, head
                 tail = window[-64:]
                 block = f.read(SNIFF_BYTES)
     except (OSError, EOFError, zlib.error):
-        return False
-    return _is_paste(path, head)
+        return False, head
+    return _is_paste(path, head), head
 
 
 # words every bare message scan.is_paste counts holds one of (patterns.BARE_MESSAGE): a file without any of them in
@@ -129,7 +137,7 @@ def _classify(path: Path, inputs: NcclInputs, logs: bool = True) -> None:
             inputs.topologies.append(path)
         elif kind == "graph":
             inputs.graphs.append(path)
-    elif logs and _is_log(path) and not is_ras_report(path):  # a RAS report names NCCL's version too
+    elif logs and _is_log(path):
         inputs.logs.append(path)
 
 
@@ -175,29 +183,38 @@ def find_all_inputs(paths: Sequence[str | Path]) -> NcclInputs:
     :func:`find_nccl_inputs` only when none of them holds a log."""
     if len(paths) == 1:
         return find_nccl_inputs(paths[0])
-    inputs = NcclInputs(root=Path(paths[0]))
+    found: list[NcclInputs] = []
     first_error: InputError | None = None
     for path in paths:
         try:
-            found = find_nccl_inputs(path)
-        except InputError as err:
+            found.append(find_nccl_inputs(path))
+        except InputError as err:  # noqa: PERF203 - one a folder
             first_error = first_error or err
-            continue
-        for name in ("logs", "topologies", "graphs", "skipped"):
-            getattr(inputs, name).extend(getattr(found, name))
-    if not inputs.logs:
+    if not found:
         raise first_error or NoNcclLogs("no NCCL logs found", Path(paths[0]))
+    return merge_inputs(found)
+
+
+def merge_inputs(found: Sequence[NcclInputs]) -> NcclInputs:
+    """The inputs of several folders as one (their order kept); the first folder's root names them."""
+    if len(found) == 1:
+        return found[0]
+    inputs = NcclInputs(root=found[0].root)
+    for each in found:
+        for name in ("logs", "topologies", "graphs", "skipped"):
+            getattr(inputs, name).extend(getattr(each, name))
     return inputs
 
 
-def load_nccl(path: str | Path | Sequence[str | Path]) -> NcclRun:
+def load_nccl(path: str | Path | Sequence[str | Path], inputs: NcclInputs | None = None) -> NcclRun:
     """Find and parse everything NCCL wrote under ``path`` (or under each of several paths: the nodes of one
-    job). Broken XML dumps are skipped and listed in ``logs.stats.skipped_files``; only a missing path or no
-    log at all raises."""
+    job); ``inputs``: what was found there already (``find_nccl_inputs``; not looked for again). Broken XML
+    dumps are skipped and listed in ``logs.stats.skipped_files``; only a missing path or no log at all raises."""
     # here, not at the top: finding the inputs (every cached ``analyze`` does) needs no parser
     from commprof.ingest.nccl_logs.parser import parse_nccl_logs
 
-    inputs = find_all_inputs([path] if isinstance(path, (str, Path)) else list(path))
+    if inputs is None:
+        inputs = find_all_inputs([path] if isinstance(path, (str, Path)) else list(path))
     logs = parse_nccl_logs(inputs.logs)
     logs.stats.skipped_files.extend(inputs.skipped)
     hosts = {p.host for p in logs.processes if p.host}

@@ -47,6 +47,9 @@ HOSTS_SCHEMA: dict[str, Any] = {
 Tier = tuple[str, str, str]  # (tier, source, reason)
 
 
+_LINK_FIELDS = ("transport", "detail", "network", "tier", "tier_source", "tier_reason")  # what the rollups read
+
+
 def _transport_label(transport: str, detail: str) -> str:
     return transport if transport in ("shm", "nvls") else f"{transport}/{detail}"
 
@@ -62,7 +65,8 @@ def communicators_table(
     for rec in comms:
         by_id[rec.comm_id or "?"].append(rec)
     link_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in links.iter_rows(named=True):
+    # only the columns read below (dicts of every column were most of the cost: 167k links at 2,048 nodes)
+    for row in links.select("comm_id", *_LINK_FIELDS).iter_rows(named=True):
         link_rows[row["comm_id"] or "?"].append(row)
     rows = []
     for comm_id, recs in by_id.items():
@@ -175,7 +179,7 @@ def host_tiers(logs: NcclLogs, links: pl.DataFrame, ev: Evidence) -> dict[str | 
         if p.host or p.pasted:
             procs[p.host].append(p)
     by_host: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
-    for row in links.iter_rows(named=True):
+    for row in links.select("host", *_LINK_FIELDS).iter_rows(named=True):
         by_host[row["host"]].append(row)
     out: dict[str | None, dict[str, Tier]] = {}
     for host, host_procs in procs.items():

@@ -19,7 +19,7 @@ import gzip
 import mmap
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -266,16 +266,39 @@ def is_paste(path: Path) -> bool:
     """At the file's head, at least three lines read as NCCL's messages without their ``host:pid:tid [dev] NCCL
     INFO`` prefix, and no more lines carry NCCL's marker: a paste may keep a few whole lines, or its WARN lines'
     ``file.cc:123 NCCL WARN`` (a prefix stripped up to the host only), and still be one."""
-    bare = marked = chars = 0
+    if path.suffix != ".gz":  # a plain UTF-8 file shorter than the sniff: one read, its lines split at once
+        with open(path, "rb") as raw:
+            head = raw.read(min(PASTE_SNIFF_CHARS, os.fstat(raw.fileno()).st_size + 1))  # no 1 MB buffer per file
+        if len(head) < PASTE_SNIFF_CHARS and text_encoding(head[:2]) == "utf-8":
+            # as ``open`` reads it: universal newlines (a lone \r ends a line; \r\n is one break)
+            text = head.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+            return _paste_lines(_text_lines(text))
     with open_text(path) as f:
-        for line in f:
-            chars += len(line)
-            if any(m in line for m in MARKED):
-                marked += 1
-            elif pt.BARE_MESSAGE.match(line.lstrip()) is not None:
-                bare += 1
-            if bare + marked >= PASTE_SNIFF_LINES or chars >= PASTE_SNIFF_CHARS or marked > PASTE_SNIFF_LINES // 2:
-                break
+        return _paste_lines(f)
+
+
+def _text_lines(text: str) -> Iterator[str]:
+    """``text`` line by line as a text-mode file yields it: each line with its "\n", the last one as it ends."""
+    start, n = 0, len(text)
+    while start < n:
+        end = text.find("\n", start)
+        if end < 0:
+            yield text[start:]
+            return
+        yield text[start : end + 1]
+        start = end + 1
+
+
+def _paste_lines(lines: Iterable[str]) -> bool:
+    bare = marked = chars = 0
+    for line in lines:
+        chars += len(line)
+        if "NCCL " in line and ("NCCL INFO " in line or "NCCL WARN " in line or "NCCL TRACE " in line):  # MARKED
+            marked += 1
+        elif pt.BARE_MESSAGE.match(line.lstrip()) is not None:
+            bare += 1
+        if bare + marked >= PASTE_SNIFF_LINES or chars >= PASTE_SNIFF_CHARS or marked > PASTE_SNIFF_LINES // 2:
+            break
     return bare >= 3 and bare >= marked
 
 

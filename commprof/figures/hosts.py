@@ -14,7 +14,7 @@ import polars as pl
 from commprof.analyzers.traffic import OTHER_HOSTS
 from commprof.figures import style
 from commprof.figures.base import MAX_FIGURE_PX, base_layout, empty, note
-from commprof.figures.topology import MAX_LINKS, _legend_names, _width, heaviest_links, traffic_heatmap
+from commprof.figures.topology import MAX_LINKS, add_link_traces, heaviest_links, traffic_heatmap
 
 SLOW_PORT_COLOUR = "#c62828"
 CHOSEN_COLOUR = "#1565c0"
@@ -74,26 +74,8 @@ def host_topology_figure(hosts: pl.DataFrame, links: pl.DataFrame, total_hosts: 
     pairs = _pairs(links.filter(pl.col("src_host").is_in(list(centre)) & pl.col("dst_host").is_in(list(centre))))
     all_links = pairs.height
     pairs, left_out = heaviest_links(pairs, MAX_LINKS)
-    top = float(pairs["bytes_per_step"].max() or 0.0) if pairs.height else 0.0  # type: ignore[arg-type]
-    dims = sorted(set(pairs["dimension"].to_list())) if pairs.height else []
-    legend = _legend_names(pairs) if pairs.height else {}
     fig = go.Figure()
-    shown: set[tuple[str, str]] = set()
-    for row in pairs.iter_rows(named=True):
-        a, b = centre[row["a"]], centre[row["b"]]
-        k = dims.index(row["dimension"])
-        bend = 0.12 * (k - (len(dims) - 1) / 2)
-        dx, dy = b[0] - a[0], b[1] - a[1]
-        mid = ((a[0] + b[0]) / 2 - dy * bend, (a[1] + b[1]) / 2 + dx * bend)
-        text = (f"{row['a']} ↔ {row['b']}<br>dimension {row['dimension']} · tier {row['tier']}<br>"
-                f"{style.fmt_bytes(row['bytes_per_step'])} per step")
-        fig.add_trace(go.Scatter(
-            x=[a[0], mid[0], b[0]], y=[a[1], mid[1], b[1]], mode="lines", line={
-                "color": style.dimension_colour(row["dimension"]), "width": _width(row["bytes_per_step"], top),
-                "shape": "spline"}, opacity=0.8, name=legend[(row["dimension"], row["tier"])],
-            legendgroup=f"{row['dimension']}·{row['tier']}", showlegend=(row["dimension"], row["tier"]) not in shown,
-            text=[text] * 3, hovertemplate="%{text}<extra></extra>"))
-        shown.add((row["dimension"], row["tier"]))
+    add_link_traces(fig, pairs, centre)
     inside = _inside(links)
     rows = hosts.to_dicts()
     for row in rows:  # boxes over the links

@@ -5,6 +5,7 @@ polars in, ``go.Figure`` out; figures.py re-exports them."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,35 @@ def _legend_names(pairs: pl.DataFrame) -> dict[tuple[str, str], str]:
     return out
 
 
+def add_link_traces(fig: go.Figure, pairs: pl.DataFrame, where: Mapping[Any, tuple[float, float]], what: str = "",
+                    lift: float = 0.0) -> None:
+    """One curved line per pair (``a``, ``b``, ``dimension``, ``tier``, ``bytes_per_step``) between the places
+    ``where`` gives (pairs with an end not placed are skipped): coloured by dimension, as wide as its bytes, bent
+    apart per dimension (``lift`` more for all), one legend entry per dimension and tier. ``what``: the ends'
+    noun in the hover ("rank ")."""
+    top = float(pairs["bytes_per_step"].max() or 0.0) if pairs.height else 0.0  # type: ignore[arg-type]
+    dims = sorted(set(pairs["dimension"].to_list())) if pairs.height else []
+    legend = _legend_names(pairs) if pairs.height else {}
+    shown: set[tuple[str, str]] = set()
+    for row in pairs.iter_rows(named=True):
+        a, b = where.get(row["a"]), where.get(row["b"])
+        if a is None or b is None:
+            continue
+        k = dims.index(row["dimension"])
+        bend = 0.12 * (k - (len(dims) - 1) / 2) + lift
+        dx, dy = b[0] - a[0], b[1] - a[1]
+        mid = ((a[0] + b[0]) / 2 - dy * bend, (a[1] + b[1]) / 2 + dx * bend)
+        text = (f"{what}{row['a']} ↔ {what}{row['b']}<br>dimension {row['dimension']} · tier {row['tier']}<br>"
+                f"{style.fmt_bytes(row['bytes_per_step'])} per step")
+        fig.add_trace(go.Scatter(
+            x=[a[0], mid[0], b[0]], y=[a[1], mid[1], b[1]], mode="lines", line={
+                "color": style.dimension_colour(row["dimension"]), "width": _width(row["bytes_per_step"], top),
+                "shape": "spline"}, opacity=0.8, name=legend[(row["dimension"], row["tier"])],
+            legendgroup=f"{row['dimension']}·{row['tier']}", showlegend=(row["dimension"], row["tier"]) not in shown,
+            text=[text] * 3, hovertemplate="%{text}<extra></extra>"))
+        shown.add((row["dimension"], row["tier"]))
+
+
 def _gb(bytes_per_step: float) -> str:
     return f"{bytes_per_step / 1e9:,.2f} GB" if bytes_per_step >= 1e7 else style.fmt_bytes(bytes_per_step)
 
@@ -117,29 +147,8 @@ def topology_figure(ranks: pl.DataFrame, traffic: pl.DataFrame, host_links: pl.D
     left_out: list[str] = []
     if capped:  # a full mesh of 32 hosts is a solid disk: keep the heaviest, say so
         pairs, left_out = heaviest_links(pairs, MAX_LINKS)
-    top = float(pairs["bytes_per_step"].max() or 0.0) if pairs.height else 0.0  # type: ignore[arg-type]
-    dims = sorted(set(pairs["dimension"].to_list())) if pairs.height else []
     fig = go.Figure()
-    shown: set[tuple[str, str]] = set()
-    what = "rank " if rank_level else ""
-    legend = _legend_names(pairs)
-    for row in pairs.iter_rows(named=True):
-        a, b = where.get(row["a"]), where.get(row["b"])
-        if a is None or b is None:
-            continue
-        k = dims.index(row["dimension"])
-        bend = 0.12 * (k - (len(dims) - 1) / 2) + (0.08 if rank_level else 0.0)
-        dx, dy = b[0] - a[0], b[1] - a[1]
-        mid = ((a[0] + b[0]) / 2 - dy * bend, (a[1] + b[1]) / 2 + dx * bend)
-        text = (f"{what}{row['a']} ↔ {what}{row['b']}<br>dimension {row['dimension']} · tier {row['tier']}<br>"
-                f"{style.fmt_bytes(row['bytes_per_step'])} per step")
-        fig.add_trace(go.Scatter(
-            x=[a[0], mid[0], b[0]], y=[a[1], mid[1], b[1]], mode="lines", line={
-                "color": style.dimension_colour(row["dimension"]), "width": _width(row["bytes_per_step"], top),
-                "shape": "spline"}, opacity=0.8, name=legend[(row["dimension"], row["tier"])],
-            legendgroup=f"{row['dimension']}·{row['tier']}", showlegend=(row["dimension"], row["tier"]) not in shown,
-            text=[text] * 3, hovertemplate="%{text}<extra></extra>"))
-        shown.add((row["dimension"], row["tier"]))
+    add_link_traces(fig, pairs, where, "rank " if rank_level else "", 0.08 if rank_level else 0.0)
     fig.layout.meta = {"left_out": left_out}  # the page says which equal links were not drawn
     inside: dict[str, list[str]] = {}
     if not rank_level and host_links.height:

@@ -93,15 +93,28 @@ def groups_table(cache: RunCache, key: str, table_id: str) -> Any:
                                               className="scroll")], id=table_id)
 
 
-def find(options: list[tuple[str, str]], text: Any, keep: str | None, limit: int = SEARCH_RESULTS
-         ) -> list[dict[str, str]]:
+def find(options: list[tuple[Any, str]], text: Any, keep: Any, limit: int = SEARCH_RESULTS
+         ) -> list[dict[str, Any]]:
     """A dropdown's options: with no search text the first ``limit`` (the worst), else the first ``limit``
-    whose label holds the text (case-insensitive); ``keep`` (the chosen value) always among them."""
+    whose label holds the text (case-insensitive); ``keep`` (the chosen value, or a list of them for a dropdown
+    of several) always among them."""
     needle = text.strip().lower() if isinstance(text, str) else ""
     hits = [(v, label) for v, label in options if not needle or needle in label.lower()][:limit]
-    if keep is not None and keep not in {v for v, _ in hits}:
-        hits += [(v, label) for v, label in options if v == keep]
+    kept = set(keep) if isinstance(keep, list) else {keep} if keep is not None else set()
+    missing = kept - {v for v, _ in hits}
+    if missing:
+        hits += [(v, label) for v, label in options if v in missing]
     return [{"label": label, "value": v} for v, label in hits]
+
+
+def rank_options(cache: RunCache, key: str) -> list[tuple[int, str]]:
+    """(rank, "9001 · gpu-node-1125") of every rank, the worst hosts' first (host_summary's order), a host's
+    ranks in order: what the timeline's rank dropdown finds past 256 ranks by typing a rank or a host."""
+    a = cache.analysis(key)
+    order = {h: i for i, h in enumerate(a.host_summary["host"].to_list())}
+    rows = a.ranks.select("rank", "host").iter_rows()
+    return [(r, f"{r} · {h}" if h else str(r))
+            for r, h in sorted(rows, key=lambda rh: (order.get(rh[1], len(order)), rh[0]))]
 
 
 def group_options(cache: RunCache, key: str) -> list[tuple[str, str]]:

@@ -580,6 +580,20 @@ def test_pages_past_256_ranks_show_hosts_and_groups_worst_first(browser: Any,
         browser.find_element(By.CSS_SELECTOR, f"#{ids.TOPO_HOSTS}").find_element(By.LINK_TEXT, "gpu-node-05").click()
         assert "drawn are gpu-node-05 and" in wait_for(browser, f"#{ids.TOPO_SCALE}", text="gpu-node-05").text
         assert browser.current_url.endswith("/run/s1k/topology?host=gpu-node-05")
+
+        # the timeline's rank dropdown: the chosen ranks and the worst hosts' first 20, any other found by typing
+        browser.get(f"{srv.url}/run/s1k/timeline")
+        wait_plot(browser, ids.TIMELINE_GRAPH, timeout=60)
+        browser.find_element(By.CSS_SELECTOR, f"#{ids.TIMELINE_RANKS}").click()
+        options = [o.text for o in browser.find_elements(By.CSS_SELECTOR, "[role=option]")]
+        assert 1 < len(options) <= 20 + 16 and any("gpu-node-45" in o for o in options), options
+        browser.find_element(By.CSS_SELECTOR, "input.dash-dropdown-search").send_keys(Keys.ESCAPE)
+        _pick_by_typing(browser, ids.TIMELINE_RANKS, "1000", "1000 · gpu-node-125")
+        deadline = time.monotonic() + 20
+        while "1000" not in browser.current_url and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "ranks=" in browser.current_url and "1000" in browser.current_url
+        shot(browser, "s1k-timeline-rank-found")
         assert console_errors(browser) == []
     finally:
         srv.stop()

@@ -13,7 +13,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from commprof.dashboard import ids
+from commprof.dashboard import ids, scale
 from commprof.dashboard.cache import MAX_TIMELINE_RANKS, RunCache
 from commprof.dashboard.state import (
     BadInput,
@@ -89,7 +89,6 @@ def _initial(cache: RunCache, key: str, query: dict[str, str]) -> tuple[str, tup
 
 def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> Any:
     step, window, ranks, lanes, problem = _initial(cache, key, query or {})
-    all_ranks = cache.analysis(key).ranks["rank"].to_list()
     return html.Div([
         dcc.Store(id=ids.TIMELINE_WINDOW, data=list(window)), dcc.Store(id=ids.TIMELINE_FIRST, data=list(window)),
         html.Div([html.H2(f"{key} — timeline", style={"flex": "1"}),
@@ -103,8 +102,8 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
                                                                          for s in _steps(cache, key)]),
             html.Label("ranks"), dcc.Dropdown(
                 id=ids.TIMELINE_RANKS, multi=True, value=ranks, style={"minWidth": "320px", "maxWidth": "700px"},
-                options=[{"label": str(r), "value": r} for r in all_ranks],
-                placeholder=f"all ranks (the first {MAX_TIMELINE_RANKS} are drawn)"),
+                options=_rank_options(cache, key, ranks), placeholder=f"all ranks (the first {MAX_TIMELINE_RANKS} "
+                "are drawn)" + ("; type a rank or a host to find it" if scale.at_scale(cache, key) else "")),
             dcc.RadioItems(id=ids.TIMELINE_LANES, options=LANE_OPTIONS, value=lanes, inline=True,
                            inputStyle={"marginRight": "4px", "marginLeft": "10px"}),
         ], className="controls"),
@@ -119,12 +118,32 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
     ])
 
 
+def _rank_options(cache: RunCache, key: str, chosen: list[int], text: Any = None) -> list[dict[str, Any]]:
+    """Every rank; past 256 ranks the worst hosts' first SEARCH_RESULTS and the chosen ones, or those a search
+    finds (a dropdown of 16,384 options is half a megabyte of every page load)."""
+    if not scale.at_scale(cache, key):
+        return [{"label": str(r), "value": r} for r in cache.analysis(key).ranks["rank"].to_list()]
+    return scale.find(scale.rank_options(cache, key), text, chosen)
+
+
 def _same_ms(zoom: tuple[float, float], window: tuple[int, int], origin_ns: int) -> bool:
     """A zoom (ms since the origin) that is this window, within 2 µs (the figure's window is snapped)."""
     return all(abs(z - (w - origin_ns) / 1e6) <= 2e-3 for z, w in zip(zoom, window, strict=True))
 
 
 def register(app: Dash, cache: RunCache) -> None:
+    @app.callback(Output(ids.TIMELINE_RANKS, "options"), Input(ids.TIMELINE_RANKS, "search_value"),
+                  State(ids.TIMELINE_RANKS, "value"), State(ids.RUN_KEY, "data"), prevent_initial_call=True)
+    @guarded(1, None)
+    def search(text: Any, value: Any, key: Any) -> Any:
+        """Past 256 ranks typing finds a rank by number or by host (a smaller run lists every rank and filters
+        itself)."""
+        key = as_key(key, cache.runs)
+        if not scale.at_scale(cache, key):
+            return no_update
+        return _rank_options(cache, key, [v for v in value if isinstance(v, int)] if isinstance(value, list) else [],
+                             text)
+
     @app.callback(
         Output(ids.TIMELINE_WINDOW, "data"), Output(ids.TIMELINE_MESSAGE, "children", allow_duplicate=True),
         Input(ids.TIMELINE_STEP, "value"), Input(ids.TIMELINE_GRAPH, "relayoutData"),

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from commprof.analyzers import summaries as sm
@@ -34,9 +33,9 @@ from commprof.analyzers.overlap import (
     STEPS_SCHEMA,
     OverlapSettings,
     RankOverlap,
-    analyze_rank_file,
     stack,
 )
+from commprof.analyzers.overlap_batches import analyze_ranks
 from commprof.analyzers.ras import RasReport, ras_report
 from commprof.analyzers.sanity import DOUBTFUL_SCHEMA, check_ranks
 from commprof.analyzers.settings import AnalysisSettings
@@ -47,7 +46,7 @@ from commprof.analyzers.uncounted import summarize as summarize_uncounted
 from commprof.analyzers.uncounted import warning as uncounted_warning
 from commprof.analyzers.whatif import WhatIf
 from commprof.ingest.runner import LocalPool, ProgressFn, Runner
-from commprof.ingest.tables import IntervalSource, RunFacts, RunTables
+from commprof.ingest.tables import RunFacts, RunTables
 from commprof.stages import timed
 from commprof.vocab import UNKNOWN
 
@@ -234,17 +233,12 @@ def step_sanity(w: _Work) -> None:
 
 
 def step_overlap(w: _Work) -> None:
-    """Per-rank overlap, one task per rank on the runner (each reads its own rank's intervals); the
-    results are put together here in rank order, so every runner gives the same frames. A rank whose
-    task fails is left out with a warning; the others are analyzed."""
+    """Per-rank overlap on the runner, several ranks to a task (analyzers/overlap_batches.py; each task reads its
+    own ranks' intervals); the results are put together here in rank order, so every runner gives the same
+    frames. A rank whose analysis fails is left out with a warning; the others are analyzed."""
     settings = OverlapSettings(hta_compat=w.settings.hta_compat)
-    calls = _by_rank(w.collectives)
-    marks = _by_rank(w.tables.step_marks)
     files = w.tables.interval_files
-    tasks = [(rank, path, calls.get((rank,), w.collectives.clear()), marks.get((rank,), w.tables.step_marks.clear()),
-              settings) for rank, path in files]
-    weights = [_size(path) for _, path in files]
-    outcomes = w.runner.run(analyze_rank_file, tasks, weights, "analysis", w.progress)
+    outcomes = analyze_ranks(files, w.collectives, w.tables.step_marks, settings, w.runner, w.progress)
     steps, colls, pg_steps, spans = [], [], [], []
     for (rank, _), outcome in zip(files, outcomes, strict=True):
         if outcome.error is not None:
@@ -261,26 +255,6 @@ def step_overlap(w: _Work) -> None:
     if steps:
         w.steps, w.pg_steps = stack(steps, STEPS_SCHEMA), stack(pg_steps, PG_STEPS_SCHEMA)
         w.spans = stack(spans, SPANS_SCHEMA)
-
-
-def _by_rank(frame: pl.DataFrame) -> dict[Any, pl.DataFrame]:
-    """``frame.partition_by("rank", as_dict=True)``, by slices of the frame sorted by rank (stable, so each
-    rank's rows keep their order): 5,000 ranks' partitions took ~0.2 s of the parent's time, slices ~0.04 s."""
-    if frame.height == 0:
-        return {}
-    if frame["rank"].null_count():
-        return frame.partition_by("rank", as_dict=True)
-    ordered = frame.sort("rank", maintain_order=True)
-    ranks, starts, counts = np.unique(ordered["rank"].to_numpy(), return_index=True, return_counts=True)
-    return {(rank,): ordered.slice(start, count)
-            for rank, start, count in zip(ranks.tolist(), starts.tolist(), counts.tolist(), strict=True)}
-
-
-def _size(path: IntervalSource) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _pg_ops(collectives: pl.DataFrame) -> dict[str, set[str]]:

@@ -204,9 +204,9 @@ def test_progress_reports_ranks_and_bytes_per_phase(runs: dict[str, Path], tmp_p
     for phase in ("ingest", "analysis"):
         mine = [p for p in seen if p.phase == phase]
         done = [p.done for p in mine]
-        # small traces are parsed a few to a task: ingest counts ranks by the task, the analysis one by one
-        assert done == (sorted(set(done)) if phase == "ingest" else list(range(1, 17)))
-        assert done[-1] == mine[-1].total == 16 and (phase == "analysis" or len(done) >= 4)
+        # small traces are parsed, and small ranks analyzed, a few to a task: ranks counted by the task
+        assert done == sorted(set(done))
+        assert done[-1] == mine[-1].total == 16 and len(done) >= 4
         assert mine[-1].bytes_done == mine[-1].bytes_total > 0 and mine[-1].failed == 0
 
 

@@ -1,10 +1,11 @@
 """Where per-rank work runs: in this process, on a pool of local processes, or on a Dask cluster.
 
-Ingest (one task per trace file) and the per-rank analysis (one task per rank) hand their tasks to a
+Ingest (trace files) and the per-rank analysis (ranks), one or several to a task, hand their tasks to a
 :class:`Runner` and get back one :class:`Outcome` per task, in task order, so that every path gives the
-same tables. A task that fails is an outcome with a one-line ``error``; the other tasks go on. Tasks
-are module-level functions with small, picklable arguments (paths and one rank's frames): the data
-stays on the (shared) file system and each worker reads only its rank.
+same tables (a task of several items gives a list of Outcomes, one per item). A task that fails is an
+outcome with a one-line ``error``; the other tasks go on. Tasks are module-level functions with small,
+picklable arguments (paths and their ranks' frames): the data stays on the (shared) file system and each
+worker reads only its ranks.
 
 - :class:`InProcess` — one task after the other; what small runs and tests use.
 - :class:`LocalPool` — a ``spawn`` process pool sized to the cores and the free memory, created on the
@@ -163,6 +164,11 @@ class Runner:
             phase: str, progress: ProgressFn | None = None, units: Sequence[int] | None = None) -> list[Outcome]:
         raise NotImplementedError
 
+    def run_alone(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], phase: str) -> list[Outcome]:
+        """Each task where its failure takes no other task down: what a task of several items that was lost
+        whole (its worker died) runs again as, one item to a task. Here: :meth:`run`."""
+        return self.run(fn, tasks, [0] * len(tasks), phase)
+
     def close(self) -> None:
         """Stop whatever workers were started."""
 
@@ -286,6 +292,15 @@ class LocalPool(Runner):
         lost = self._submit_all(fn, tasks, tally, results)
         if lost:
             self._retry_alone(fn, tasks, lost, tally, results)
+        return [results[i] for i in range(len(tasks))]
+
+    def run_alone(self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], phase: str) -> list[Outcome]:
+        """Each task in a fresh single process (as a task lost to a dead worker is retried), not in this process
+        where a small batch would run: the item that killed its worker would kill this process."""
+        if self._broken or not _can_spawn():
+            return super().run_alone(fn, tasks, phase)
+        results: dict[int, Outcome] = {}
+        self._retry_alone(fn, tasks, list(range(len(tasks))), _Tally(phase, [0] * len(tasks), None), results)
         return [results[i] for i in range(len(tasks))]
 
     def _start(self, n: int) -> bool:

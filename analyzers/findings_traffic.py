@@ -25,12 +25,13 @@ from commprof.analyzers.findings_rules import (
     small_message_fix,
     steps_of,
 )
-from commprof.vocab import UNKNOWN
+from commprof.vocab import P2P_OPS, UNKNOWN
 
 A2A_CPU_NOT_ESTIMATED = ("not estimated on a CPU run: every member's copies run on the same cores, so a balanced "
                          "split moves the work between ranks instead of removing it (measured: balancing bought "
                          "nothing on 2 cores); on GPUs each call is taken at the mean member's bytes")
 
+MAX_NAMED_HOSTS = 8  # a slow link's suspects: more than these are the slow groups' hosts, not a suspect
 PP_CPU_NOT_ESTIMATED = ("not estimated on a CPU run: a stage that waits gives its cores to the other stages' ranks, "
                         "and each extra micro-batch adds send/recv calls that cost more there than the bubble "
                         "(measured: 16 micro-batches instead of 4 made a 2-stage Gloo step 167-222 ms slower on "
@@ -209,8 +210,7 @@ def rule_link_efficiency(c: Ctx) -> list[Finding]:
         if c.noise(saving):
             continue
         eff = float((part["eff"] * part["_d"]).sum() / part["_d"].sum())
-        healthy = [str(x) for x in per_pg.filter((pl.col("tier") == tier) & (pl.col("eff") >= LOW_EFFICIENCY))["pg"]]
-        hosts = _common_hosts(c, pgs, healthy)
+        hosts = _common_hosts(c, pgs, *_cleared(big, per_pg, str(tier), eff_t, dur))
         out.append(Finding(
             id="link_efficiency", key=f"link_efficiency:{tier}:{','.join(hosts) or ','.join(map(str, pgs[:3]))}",
             severity=severity(saving, c.step_ns),
@@ -229,10 +229,29 @@ def rule_link_efficiency(c: Ctx) -> list[Finding]:
     return out
 
 
-def _common_hosts(c: Ctx, pgs: list[str], healthy: list[str]) -> list[str]:
-    """The hosts to suspect: those every slow group touches and no healthy one (a group of the tier that
-    moved large messages at the expected rate) does; narrowed to the hosts whose ports the topology
-    capture shows slower than the others', when it shows any."""
+def _cleared(big: pl.DataFrame, per_pg: pl.DataFrame, tier: str, eff_t: pl.Expr, dur: pl.Expr
+             ) -> tuple[list[str], set[int]]:
+    """What shows a host's links of ``tier`` healthy: the groups of collectives that moved large messages at the
+    expected rate (each call of one went through every member), and the ranks whose every peer they sent to or
+    received from large messages at that rate. A group of sends and receives is not judged as a whole: the
+    pipeline group through a slow host is mostly fast pairs, and it cleared that host (a 16,384-rank run with
+    pp=4 named no host)."""
+    p2p = pl.col("op").is_in(list(P2P_OPS))
+    only_p2p = big.filter(pl.col("tier") == tier).group_by("pg").agg(p2p.all().alias("_p2p"))
+    groups = per_pg.filter((pl.col("tier") == tier) & (pl.col("eff") >= LOW_EFFICIENCY)).join(
+        only_p2p, on="pg", how="left")
+    healthy = [str(x) for x in groups.filter(~pl.col("_p2p").fill_null(False))["pg"]]
+    pairs = big.filter((pl.col("tier") == tier) & p2p).group_by("rank", "peer").agg(
+        ((eff_t * dur).sum() / dur.sum()).alias("eff"))
+    ranks = pairs.group_by("rank").agg(pl.col("eff").min()).filter(pl.col("eff") >= LOW_EFFICIENCY)
+    return healthy, set(ranks["rank"].to_list())
+
+
+def _common_hosts(c: Ctx, pgs: list[str], healthy: list[str], cleared_ranks: set[int]) -> list[str]:
+    """The hosts to suspect: those every slow group touches and nothing healthy (``_cleared``: a group of
+    collectives of the tier, a rank's sends and receives) shows fast; narrowed to the hosts whose ports the
+    topology capture shows slower than the others', when it shows any. None when more than MAX_NAMED_HOSTS are
+    left: the groups' hosts, not a suspect."""
     host_of = dict(zip(c.a.ranks["rank"].to_list(), c.a.ranks["host"].to_list(), strict=True))
     sets = {str(r["pg"]): {host_of.get(x) for x in (r["ranks"] or [])} - {None}
             for r in c.a.process_groups.iter_rows(named=True)}
@@ -242,13 +261,14 @@ def _common_hosts(c: Ctx, pgs: list[str], healthy: list[str]) -> list[str]:
     common = set.intersection(*slow)
     for p in healthy:
         common -= sets.get(p, set())
+    common -= {host_of.get(r) for r in cleared_ranks}
     ports = c.a.tables.sidecars.ib_ports
     if ports.height:
         rate = ports.group_by("host").agg(pl.col("gbps").max())
         slower = set(rate.filter(pl.col("gbps") < float(rate["gbps"].max() or 0))["host"].to_list())
         if common & slower:
             common &= slower
-    return sorted(str(h) for h in common if h)
+    return sorted(str(h) for h in common if h) if len(common) <= MAX_NAMED_HOSTS else []
 
 
 def _port_note(c: Ctx, hosts: list[str]) -> str:

@@ -59,10 +59,11 @@ def ensure(name: str) -> Path:
     run = CACHE / name
     if (run / ".complete").exists():
         return run
-    shutil.rmtree(run, ignore_errors=True)
-    run.parent.mkdir(parents=True, exist_ok=True)
+    real = run.resolve()  # the folder a link names (a run kept on another disk): synth writes there
+    shutil.rmtree(real, ignore_errors=True)
+    real.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "commprof", "synth", str(run), "--gpus-per-node", "8", *RUNS[name]],
+    subprocess.run([sys.executable, "-m", "commprof", "synth", str(real), "--gpus-per-node", "8", *RUNS[name]],
                    check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     (run / ".complete").write_text(f"{time.perf_counter() - t0:.0f} s\n")
     return run
@@ -204,7 +205,7 @@ def bench_run(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         row["memory_ratio"] = round(row["cold"]["tree_peak_gb"] / max(row["base_cold"]["tree_peak_gb"], 1e-9), 3)
         if base_out.exists():
             row["same_as_base"] = _strip(json.loads(base_out.read_text())) == _strip(report)
-    if not args.no_dask and name.startswith("16k-dp"):
+    if not args.no_dask and name.startswith("16k-"):
         address, procs = dask_cluster()
         try:
             dask_out = tmp / f"{name}-dask.json"

@@ -154,3 +154,24 @@ def test_work_table_equals_the_pivot_it_replaced() -> None:
         work = pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "work_ns": pl.Float64}, orient="row")
         pivot = work.pivot(on="rank", index="step", values="work_ns", aggregate_function="sum").sort("step")
         assert np.array_equal(pivot.drop("step").to_numpy().astype(float), _work_table(work), equal_nan=True)
+
+
+@pytest.mark.parametrize("ports", [True, False], ids=["ports captured", "no topology capture"])
+def test_a_slow_host_behind_pipeline_groups_is_named(tmp_path: Path, ports: bool) -> None:
+    """Synthetic (answers known by construction): tp=8, pp=4, dp=4 on 16 hosts, gpu-node-10's NIC at a quarter
+    of its speed. The DP groups of its stage are slow; its pipeline groups are mostly fast pairs and read healthy
+    as a whole, which cleared the host (the 16,384-rank run with pp=4 named none). Now a rank's sends and
+    receives clear its host only when each of its peers' links is fast: gpu-node-10 is named, with or without the
+    topology capture's port speeds to narrow it."""
+    from commprof.synth import SynthConfig, generate
+
+    cfg = SynthConfig(nodes=16, gpus_per_node=8, sizes={"tp": 8, "pp": 4, "dp": 4}, slow_link="gpu-node-10",
+                      steps=2, layers=1, micro_batches=2, seed=7)
+    run = tmp_path / "pp4"
+    generate(cfg, run, compresslevel=1)
+    if not ports:
+        shutil.rmtree(run / "raw" / "topology")
+    report = commprof.analyze_run(run)
+    links = [f for f in report["findings"] if f["id"] == "link_efficiency"]
+    assert [f["key"] for f in links] == ["link_efficiency:ib:gpu-node-10"], [(f["key"], f["title"]) for f in links]
+    assert "(hosts gpu-node-10)" in links[0]["title"]

@@ -23,6 +23,7 @@ from commprof.ingest import store
 from commprof.ingest.runner import InProcess, LocalPool, Outcome, Runner
 from commprof.ingest.tables import RowSlice, RunTables, read_rank_intervals
 from commprof.synth_run import make_run
+from tests.runners import runner_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -133,23 +134,10 @@ def test_a_rank_failing_inside_a_task_is_the_only_one_left_out(runs: dict[str, R
                                                                where: str) -> None:
     missing = tmp_path / "gone.parquet"
     tables = _break_rank(runs["synth shared"], 7, missing)
-    cluster = None
-    if where == "dask":
-        distributed = pytest.importorskip("distributed", reason="dask[distributed] is in the dev extra")
-        from commprof.ingest.runner import DaskRunner
-
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                           local_directory=str(tmp_path / "dask"))
-    runner: Runner = {"in process": InProcess(), "pool": LocalPool(2)}.get(where) or DaskRunner(
-        cluster.scheduler_address if cluster else "")
-    try:
-        with runner:
-            w = _skewed(tables, runner)
-            before = len(w.warnings)
-            pipe.step_overlap(w)
-    finally:
-        if cluster is not None:
-            cluster.close()
+    with runner_for(where, tmp_path) as runner:
+        w = _skewed(tables, runner)
+        before = len(w.warnings)
+        pipe.step_overlap(w)
     gone = f"FileNotFoundError: [Errno 2] No such file or directory: '{missing}'"
     assert w.warnings[before:] == [f"rank 7: its analysis failed ({gone}); the rank is left out"]
     ranks = [r for r, _ in tables.interval_files if r != 7]

@@ -25,6 +25,7 @@ import commprof
 from commprof.ingest.runner import DaskRunner, InProcess, LocalPool, Outcome, Progress, Runner
 from commprof.report import analysis_json
 from commprof.synth_run import make_run
+from tests.runners import runner_for
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = ("gloo_4rank_profiler", "tp2_pp2_dp2", "synth_2x8_tp8_dp2")
@@ -166,18 +167,8 @@ def test_a_corrupt_rank_is_skipped_and_the_others_complete(runs: dict[str, Path]
     _corrupt(path / "raw" / "traces" / "rank-5.json.gz")
     cut = (runs["synth_2x8_tp8_dp2"] / "raw" / "traces" / "rank-9.json.gz").read_bytes()[:300]
     (path / "raw" / "traces" / "rank-9.json.gz").write_bytes(cut)  # cut before its first event
-    cluster = None
-    if where == "dask":
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                           local_directory=str(tmp_path / "dask"))
-    runner: Runner = {"in process": InProcess(), "pool": LocalPool(2)}.get(where) or DaskRunner(
-        cluster.scheduler_address if cluster else "")
-    try:
-        with runner:
-            report, _ = analysis_of(path, tmp_path / "cache", runner)
-    finally:
-        if cluster is not None:
-            cluster.close()
+    with runner_for(where, tmp_path) as runner:
+        report, _ = analysis_of(path, tmp_path / "cache", runner)
     assert [r["rank"] for r in report["ranks"]] == [r for r in range(16) if r not in (5, 9)]
     assert any("rank-5.json.gz" in w and "corrupt gzip" in w and "skipped" in w for w in report["warnings"])
     assert any("rank-9.json.gz" in w for w in report["warnings"])

@@ -224,11 +224,14 @@ def bench_run(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 
 def subsets(run: Path, truth: dict[str, Any], whole: dict[str, Any], tmp: Path, name: str) -> dict[str, Any]:
-    """The straggler's host, and the slow host with another: the same subjects named as in the whole run."""
+    """The straggler's host, and the slow host with another of its data-parallel groups (a link's transfer is
+    told from the wait only where two members of a group are traced): the same subjects named as in the whole
+    run."""
     host_of = {r["rank"]: r["host"] for r in truth["ranks"]}
     straggler = truth["straggler"]
     slow = next(f["subject"]["host"] for f in truth["findings"]["expected"] if "host" in f.get("subject", {}))
-    other = next(h for h in sorted(set(host_of.values())) if h != slow)
+    shared = next(g for g in truth["process_groups"] if g["dimension"] == "dp" and slow in g["hosts"])
+    other = next(h for h in shared["hosts"] if h != slow)
     cases = {"straggler_host": [r for r, h in host_of.items() if h == host_of[straggler]],
              "slow_host_and_one": [r for r, h in host_of.items() if h in (slow, other)]}
     out = {}

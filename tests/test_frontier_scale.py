@@ -175,3 +175,19 @@ def test_a_slow_host_behind_pipeline_groups_is_named(tmp_path: Path, ports: bool
     links = [f for f in report["findings"] if f["id"] == "link_efficiency"]
     assert [f["key"] for f in links] == ["link_efficiency:ib:gpu-node-10"], [(f["key"], f["title"]) for f in links]
     assert "(hosts gpu-node-10)" in links[0]["title"]
+    if not ports:
+        return
+    # --ranks: the slow host with another of its stage (they share its DP groups): the same finding; with a host
+    # of another stage (no group of both traced: no call's transfer can be told from its wait) no link finding
+    # (a send whose peer is not traced read at 7% of the peak and blamed the groups of both hosts)
+    for other, want in (("gpu-node-09", ["link_efficiency:ib:gpu-node-10"]), ("gpu-node-01", [])):
+        ranks = [r for r in range(128) if r // 8 in (10, int(other[-2:]))]
+        part = _analyze(commprof.open_run(run, ranks=ranks))
+        assert [f["key"] for f in part["findings"] if f["id"] == "link_efficiency"] == want, other
+
+
+def _analyze(run: object) -> dict[str, object]:
+    from commprof.analyzers.pipeline import AnalysisSettings
+    from commprof.report import analysis_json
+
+    return analysis_json.build(commprof.analyze(run, AnalysisSettings()))

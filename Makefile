@@ -132,12 +132,14 @@ bench-synth: $(STAMP)  # 64-rank synthetic run, ~50 MB/rank: generate + analyze,
 # (BENCH_SCALE_ARGS="--ranks 64 --no-fr"); then issue 39's frontier runs: 16,384 ranks cold / warm / Dask / --ranks,
 # the 5,000-rank DP-2,500 run against BENCH_FRONTIER_BASE (a checkout of the revision before; none: not compared)
 # (BENCH_FRONTIER_ARGS="--only 5k-dp2500 --no-dask"), and the cost of each stage as ranks, groups, calls and steps
-# grow (BENCH_FITS_ARGS="--max-ranks 2048"). About 1.5 h on 2 cores, the runs generated once (~15 GB under
+# grow (BENCH_FITS_ARGS="--max-ranks 2048"), and the 16,384-rank run's NCCL logs (one per process) against the same
+# lines in one file (and BENCH_NCCL_MANY_BASE's). About 1.5 h on 2 cores, the runs generated once (~15 GB under
 # $COMMPROF_BENCH_CACHE, default /tmp/commprof-bench-scale).
 bench-scale: $(STAMP)
 	$(BIN)/python bench/bench_scale.py $(BENCH_SCALE_ARGS)
 	$(BIN)/python bench/bench_frontier.py $(if $(BENCH_FRONTIER_BASE),--base $(BENCH_FRONTIER_BASE)) $(BENCH_FRONTIER_ARGS)
 	$(BIN)/python bench/bench_fits.py $(BENCH_FITS_ARGS)
+	$(BIN)/python bench/bench_nccl_many.py $(if $(BENCH_NCCL_MANY_BASE),--base $(BENCH_NCCL_MANY_BASE))
 
 clean:
 	rm -rf $(VENV) .bench-venv .pytest_cache .mypy_cache .ruff_cache

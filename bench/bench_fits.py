@@ -4,6 +4,7 @@ stage the exponent b of a fit ``seconds ~ x^b`` over each series (log-log least 
 what grew; b near 2 in a ranks series is ranks x group size (or ranks^2).
 
     python bench/bench_fits.py [--max-ranks 4096] [--workers 2]
+    python bench/bench_fits.py --run RUN   # one run's stages, cold
 
 Series (all 8 GPUs per host, 1 layer unless said):
 - ``ranks, dp grows``: tp=8, dp=R/8 (one data-parallel group as big as the job / 8), R = 512 .. max, 2 steps;
@@ -98,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-ranks", type=int, default=4096)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", help="series names, comma-separated (default: all)")
+    parser.add_argument("--run", type=Path, help="only this run's stages, cold (where a big run's time goes)")
     args = parser.parse_args(argv)
+    if args.run is not None:
+        times = measure(args.run, args.workers)
+        print(json.dumps({k: round(v, 1) for k, v in sorted(times.items(), key=lambda kv: -kv[1])}))
+        return 0
     rows: list[dict[str, Any]] = []
     for name, points in series(args.max_ranks).items():
         if args.only and name not in args.only.split(","):

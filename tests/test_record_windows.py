@@ -129,11 +129,14 @@ def test_time_windows_every_t_seconds(tmp_path: Path) -> None:
                           env=job_env(report_dir))
     assert done.returncode == 0, done.stderr
     windows = sorted(p.name for p in (run / "windows").iterdir())
-    assert 1 <= len(windows) <= 3 and all(w.startswith("time-") for w in windows)
-    for name in windows:  # each rank names a window by its own clock: at least the newest has both ranks
-        assert (run / "windows" / name / "raw" / "traces").is_dir()
-    assert sorted(p.name for p in (run / "windows" / windows[-1] / "raw" / "traces").iterdir()) == [
-        "rank-0.json.gz", "rank-1.json.gz"]
+    assert windows and all(w.startswith("time-") for w in windows)
+    traced = {name: sorted(p.name for p in (run / "windows" / name / "raw" / "traces").iterdir()) for name in windows}
+    both = [name for name, files in traced.items() if files == ["rank-0.json.gz", "rank-1.json.gz"]]
+    # each rank opens windows by its own clock and keeps its own newest 3: at the job's end one rank may have
+    # opened one window more than the other (seen under load: time-5 with rank 0 only, and rank 1's files still
+    # in time-2), so 4 folders, the oldest and the newest with one rank; every other window holds both ranks
+    assert 1 <= len(both) <= 3 and len(windows) <= 4, traced
+    assert all(name in both for name in windows[1:-1]), traced
     report = _analyze(run, tmp_path)
     rows = report["windows"]["rows"]
     assert rows and all(r["step"] is None and isinstance(r["seconds"], int) for r in rows)

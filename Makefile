@@ -60,10 +60,10 @@ zoo: $(STAMP)
 	@$(BIN)/python tests/zoo/layout_zoo.py --out $(ZOO_OUT)/layout $(ZOO_LAYOUT_ARGS); s=$$?; \
 		if [ $$s -eq 2 ]; then echo "zoo: the layout case needs network namespaces (root); skipped"; else exit $$s; fi
 
-# the calibration the product reads: (1) the straggler rule: clean jobs (4 and 8 ranks) and a slow-rank job recorded
-# beside a busy process, cut into windows of 3, 5, 10 and 20 profiled steps and judged; (2) every kind of what-if
-# against running the changed job (single node, and a namespace cluster as root); (3) make demo afresh 20 times beside
-# a busy process. Tables into docs/findings.md, the measured rates and error bands into analyzers/calibration.json
+# the calibration the product reads: (1) the straggler rule: clean jobs (4 and 8 ranks, a pp=2 x dp=2 pipeline) and a
+# slow-rank job recorded beside a busy process, cut into windows of 3, 5, 10 and 20 profiled steps and judged; (2) every
+# kind of what-if against running the changed job (single node, and a namespace cluster as root); (3) make demo afresh
+# 20 times beside a busy process. Tables into docs/findings.md, the measured rates and error bands into analyzers/calibration.json
 # (about 30 min).
 # CALIBRATE_ARGS="--reps 2 --busy 2" WHATIF_ARGS="--reps 2 --no-cluster"
 CALIBRATE_OUT ?= runs/calibrate

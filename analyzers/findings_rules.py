@@ -204,6 +204,17 @@ def _straggler_text(x: lateness.Late, cap: str, known: str | None, row: dict[str
                 f"in flight) is {ms(x.work_excess_ns)} above the other ranks' median (chance by luck "
                 f"{_chance_text(x.work_chance)}), {stretches}: it is late because it has more to do or does it "
                 f"slower, not because a partner is fast or a busy host held it back.{measured}")
+    if lateness.paired(x):
+        return (f"rank {x.rank} may be a straggler: last in {over}, {ms(x.late_ns)} per step after its peers{where}; "
+                f"with {work}, but beside one partner only: one other rank cannot tell a slower rank from a faster "
+                "partner",
+                f"{evidence} Its work per step (compute and copies with none of its communication in flight) is "
+                f"compared with that of the traced ranks doing the same work (its pipeline stage's, or the job's): "
+                f"{x.work_ranks} ranks, itself included. Beside one partner, more work is as much the partner being "
+                "fast as this rank being slow, and a host that keeps one of two ranks behind for a while (a busy "
+                "neighbour, CPU contention) looks the same in every step: named above info only against two other "
+                "ranks or more (analyzers/lateness.py). Trace more ranks of its stage, or compare its compute per "
+                "step with its partner's on the skew page over a longer run.")
     if lateness.too_short(x) or x.work_excess_ns is None:
         steps = calibration.advised_steps()
         return (f"rank {x.rank} may be a straggler: last in {over}, {ms(x.late_ns)} per step after its peers{where}; "

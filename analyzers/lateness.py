@@ -71,6 +71,7 @@ class Late:
     work_steps_above: int = 0  # steps in which its work exceeded the others' median
     work_steps: int = 0  # steps with work known for it and others
     work_chance: float | None = None  # probability of so many steps above by luck (any rank); None: unknown
+    work_ranks: int = 0  # ranks its work was compared among, itself included (its stage's traced ranks or group)
     block: int = 1  # steps per stretch: lateness and work are judged on sums over stretches of this many steps
     blocks: int = 0  # stretches judged (0: as many as steps)
     blocks_last: int = 0  # stretches in which it was the latest
@@ -139,10 +140,17 @@ def rank_work(steps: pl.DataFrame) -> pl.DataFrame:
                         pl.sum_horizontal(*WORK_PARTS).cast(pl.Float64).alias("work_ns")).drop_nulls()
 
 
-Evidence = tuple[float | None, int, int, float | None]
+# (median excess, steps above, steps compared, chance by luck or None, ranks compared with it included)
+Evidence = tuple[float | None, int, int, float | None, int]
+NO_EVIDENCE: Evidence = (None, 0, 0, None, 0)
 
 
 MIN_PEERS = 3  # a group this large is its own reference for work; a pair is compared with every traced rank
+# the work witness speaks against two other ranks at least: beside one partner alone a rank with more work is as
+# much "the partner is fast" as "it is slow", and a host that keeps one of two ranks behind for a while is one of
+# two every time (8 recorded pp=2 x dp=2 zoo jobs beside a busy process, 2-rank stages: 18 of 100 windows of 5, 10
+# and 20 steps named a rank above info, at up to 100 % stated confidence; 0 with this; docs/findings.md)
+MIN_COMPARED = 3
 
 
 def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, members: list[int],
@@ -154,7 +162,7 @@ def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, membe
     rank for a group of two, where the partner alone cannot tell a slow rank from a fast partner; in both
     cases only the ranks of its own pipeline stage (``stage_of``): another stage holds other layers."""
     if work is None or work.height == 0:
-        return None, 0, 0, None
+        return NO_EVIDENCE
     # the comparison set depends on the rank only through its stage: ``memo`` keeps it per stage for the
     # group's other ranks (per rank, a group of 5,000 filtered the run's work 5,000 times)
     key = stage_of.get(rank) if stage_of else None
@@ -176,15 +184,17 @@ def _work_evidence(rank: int, steps: list[int], work: pl.DataFrame | None, membe
 def _evidence(diffs: list[float], n_ranks: int, block: int = 1) -> Evidence:
     """The witness of one rank's per-step excesses over its peers' median (in step order), ``n_ranks`` ranks
     compared. The chance is judged on the sums over stretches of ``block`` consecutive steps (:func:`stretch`):
-    a host that keeps one rank behind does so for several steps at a time."""
+    a host that keeps one rank behind does so for several steps at a time. Fewer than ``MIN_COMPARED`` ranks
+    compared: no witness (the figures stay, the chance is None)."""
     if not diffs:
-        return None, 0, 0, None
+        return NO_EVIDENCE
     n = len(diffs)
     excess, above = float(np.median(diffs)), sum(1 for d in diffs if d > 0)
     sums = _stretches(diffs, block)
-    if n_ranks / 2 ** len(sums) > MAX_WORK_CHANCE:  # too few stretches: even all above could be luck; no witness
-        return excess, above, n, None
-    return excess, above, n, min(1.0, n_ranks * _signed_rank(sums))
+    if n_ranks < MIN_COMPARED or n_ranks / 2 ** len(sums) > MAX_WORK_CHANCE:
+        # one partner only, or too few stretches (even all above could be luck): no witness
+        return excess, above, n, None, n_ranks
+    return excess, above, n, min(1.0, n_ranks * _signed_rank(sums)), n_ranks
 
 
 def _stretches(values: list[float], block: int) -> list[float]:
@@ -207,7 +217,7 @@ def _group_evidence(ranks: list[int], steps: list[int], work: pl.DataFrame | Non
     ``[_work_evidence(r, steps, work, ranks, stage_of) for r in ranks]`` (a per-rank filter and group_by
     cost ~1 ms a rank: 5,000 ranks in tp groups of 8 took ~6 s of the parent's time)."""
     if work is None or work.height == 0:
-        return [(None, 0, 0, None)] * len(ranks)
+        return [NO_EVIDENCE] * len(ranks)
     w = work.filter(pl.col("step").is_in(steps))
     if len(ranks) >= MIN_PEERS:
         w = w.filter(pl.col("rank").is_in(ranks))
@@ -238,7 +248,7 @@ def _group_evidence(ranks: list[int], steps: list[int], work: pl.DataFrame | Non
         own = mine.get(r, {})
         diffs = [own[s] - m for s, m in others.get(r, []) if s in own]
         # no diffs: no peers counted
-        out.append(_evidence(diffs, distinct[key], block) if diffs else (None, 0, 0, None))
+        out.append(_evidence(diffs, distinct[key], block) if diffs else NO_EVIDENCE)
     return out
 
 
@@ -403,12 +413,13 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
         others, other_sums = np.delete(table, i, axis=0), np.delete(sums, i, axis=0)
         last = int(sum(1 for j in range(n) if table[i, j] > 0 and table[i, j] > others[:, j].max()))
         last_b = int(sum(1 for j in range(nb) if sums[i, j] > 0 and sums[i, j] > other_sums[:, j].max()))
-        w_excess, w_above, w_steps, w_chance = evidence[i]
+        w_excess, w_above, w_steps, w_chance, w_ranks = evidence[i]
         out.append(Late(rank=ranks[i], pg=pg, late_ns=excess[i], jitter_ns=float(np.median(others.max(axis=0))),
                         steps_last=last, steps=n, top_share=top, chance=_chance(top, nb, m), members=m, scope=scope,
                         separated=bool(m >= 3 and nb > 1 and sums[i].min() > 0
                                        and sums[i].min() >= JITTER_FACTOR * other_sums.max()),
                         work_excess_ns=w_excess, work_steps_above=w_above, work_steps=w_steps, work_chance=w_chance,
+                        work_ranks=w_ranks,
                         block=block, blocks=nb, blocks_last=last_b))
     return out
 
@@ -549,8 +560,8 @@ def max_severity(x: Late) -> str:
     severity below that cap, the same way as for every rule). Both witnesses are judged over stretches of
     steps (:func:`stretch`), and only a lateness its own work explains (:func:`explained`) is named above
     info: both witnesses at 99 % or more (the lateness, or a clean separation in a group of three or more),
-    any severity; both at 90 % or more, at most medium; else info. Without the work witness (too few
-    stretches to judge it) the window is too short to tell (:func:`too_short`)."""
+    any severity; both at 90 % or more, at most medium; else info. Without the work witness the window is too
+    short to tell (:func:`too_short`), or one partner is too few to compare with (:func:`paired`)."""
     if x.work_chance is None or not explained(x):
         return "info"
     late_sure = x.chance <= LIKELY_CHANCE or x.separated
@@ -564,7 +575,14 @@ def max_severity(x: Late) -> str:
 def too_short(x: Late) -> bool:
     """Too few stretches for the work witness: nothing in the window can tell a straggler from a rank a busy
     host kept behind for a while."""
-    return x.work_chance is None and x.work_steps > 0
+    return x.work_chance is None and x.work_steps > 0 and not paired(x)
+
+
+def paired(x: Late) -> bool:
+    """Its work could be compared with one other rank only (a pipeline stage of two traced ranks, a job of two):
+    more work than one partner cannot tell a slower rank from a faster partner or from a host that kept it
+    behind, however many steps (:data:`MIN_COMPARED`)."""
+    return x.work_chance is None and x.work_steps > 0 and 0 < x.work_ranks < MIN_COMPARED
 
 
 def is_straggler(x: Late, step_ns: float) -> bool:

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 import commprof
-from commprof.analyzers import calibration, lateness
+from commprof.analyzers import calibration, findings_rules, lateness
 from commprof.analyzers.pipeline import Analysis
 from commprof.report.analysis_json import build
 from commprof.report.findings_text import finding_lines
@@ -286,11 +286,25 @@ def test_a_dp_pair_of_the_heavier_pipeline_stage_is_compared_within_its_stage() 
     (x,) = [x for x in lateness.late_ranks(calls, "test", work, stages) if x.rank == 3]
     assert x.work_excess_ns is not None and abs(x.work_excess_ns) < 3e6
     assert not lateness.is_straggler(x, step_ns=200e6)
-    # a rank of that stage that really does more than its stage peer is still named
+    # 30 ms more than its one stage peer: the figure is kept, but one partner cannot tell a slower rank from a faster
+    # partner or from a host that kept it behind (recorded pp=2 x dp=2 beside a busy process, no fault: rank 1 did
+    # 34-73 ms of work per step to rank 0's 10-18 for ten steps, named "high" at 100 %): no witness, at most info
     slow = _work({r: [(heavy if r >= 2 else light) + (30.0 if r == 3 else 0.0) + step % 2 for step in range(10)]
                   for r in range(4)})
     (y,) = [x for x in lateness.late_ranks(calls, "test", slow, stages) if x.rank == 3]
-    assert y.work_excess_ns == pytest.approx(30e6, abs=1.5e6) and lateness.is_straggler(y, step_ns=200e6)
+    assert y.work_excess_ns == pytest.approx(30e6, abs=1.5e6) and y.work_steps_above == 10
+    assert y.work_chance is None and y.work_ranks == 2 and lateness.paired(y) and not lateness.too_short(y)
+    assert lateness.max_severity(y) == "info"
+    title, detail = findings_rules._straggler_text(y, "info", "dp", {})
+    assert "beside one partner only" in title and "record --active" not in title
+    assert "2 ranks, itself included" in detail
+    # three ranks a stage (pp=2 x dp=3): two others agree that it does more; named
+    stages3 = {0: 0, 1: 0, 4: 0, 2: 1, 3: 1, 5: 1}
+    slow3 = _work({r: [(heavy if stages3[r] else light) + (30.0 if r == 3 else 0.0) + step % 2 for step in range(10)]
+                   for r in range(6)})
+    (z,) = [x for x in lateness.late_ranks(calls, "test", slow3, stages3) if x.rank == 3]
+    assert z.work_ranks == 3 and z.work_chance == pytest.approx(3 * 2.0 ** -10)
+    assert lateness.is_straggler(z, step_ns=200e6) and not lateness.paired(z)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -323,5 +337,5 @@ def test_group_evidence_equals_the_per_rank_witness(seed: int) -> None:
             assert lateness.WorkIndex(unique, stage_of).exact
             want = [lateness._work_evidence(r, judged, unique, members, stage_of, {}) for r in members]
             assert lateness.WorkIndex(unique, stage_of).evidence(members, judged) == want
-    assert lateness._group_evidence([0, 1], [0], None) == [(None, 0, 0, None)] * 2
-    assert lateness._group_evidence([0, 1], [0], work.clear()) == [(None, 0, 0, None)] * 2
+    assert lateness._group_evidence([0, 1], [0], None) == [lateness.NO_EVIDENCE] * 2
+    assert lateness._group_evidence([0, 1], [0], work.clear()) == [lateness.NO_EVIDENCE] * 2

@@ -1,60 +1,33 @@
-"""The straggler rule judged again on stored recordings (issue 36): what the rule reads of 20 real recordings made by
-``make zoo-calibrate`` (clean 4- and 8-rank Gloo jobs and the zoo's slow-rank job, each beside a busy process, 40
-profiled steps; tests/data/lateness_recordings.json), cut into windows of 3, 5, 10 and 20 steps.
+"""The straggler rule judged again on stored recordings (issues 36 and 39): what the rule reads of 28 real recordings
+made by ``make zoo-calibrate`` (clean 4- and 8-rank Gloo jobs, the zoo's slow-rank job and its pp=2 x dp=2 pipeline job
+with 2-rank stages, each beside a busy process, 30-40 profiled steps; tests/data/lateness_recordings.json), cut into
+windows of 3, 5, 10 and 20 steps.
 
 It checks, without the traces, what the calibration measured with them: no clean window names a rank above info,
 the slow rank is named in every 20-step window, a stated confidence is never above the observed rate of being right,
 and the table the product reads (analyzers/calibration.json) is what this rule gives on these recordings: a change to
-the rule that is not calibrated again fails here.
+the rule that is not calibrated again fails here (``calibrate.py table DIR --write --add`` adds a job's recordings to
+the stored ones).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
 
-from commprof.analyzers import calibration, findings_rules, lateness
+from commprof.analyzers import calibration, lateness
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS / "zoo"))
 import calibrate  # noqa: E402 (the calibration's own table code)
 
-DATA = TESTS / "data" / "lateness_recordings.json"
-
-
-def _recordings() -> list[dict[str, Any]]:
-    doc: list[dict[str, Any]] = json.loads(DATA.read_text())
-    return doc
-
-
-def _windows(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows tests/zoo/calibrate.py's judge() makes of one recording, from what was kept of it."""
-    grid = pl.DataFrame(rec["grid"], schema={"pg": pl.String, "rank": pl.Int64, "step": pl.Int64,
-                                             "late_ns": pl.Float64})
-    work = pl.DataFrame(rec["work"], schema={"rank": pl.Int64, "step": pl.Int64, "work_ns": pl.Float64})
-    stage_of = {int(k): v for k, v in rec["stage_of"].items()}
-    steps = sorted(set(work["step"].to_list()) | set(grid["step"].to_list()))
-    rows = []
-    base = {"job": rec["job"], "ranks": rec["ranks"], "busy": rec["busy"], "slow": rec["slow"]}
-    for k in calibrate.WINDOWS:
-        for w in range(len(steps) // k):
-            window = steps[w * k:(w + 1) * k]
-            g, wk = grid.filter(pl.col("step").is_in(window)), work.filter(pl.col("step").is_in(window))
-            rows.extend({**base, "steps": k, "window": w, "rank": x.rank, "confidence": x.confidence,
-                         "severity": findings_rules.straggler_severity(x, rec["step_ns"], rec["waited_ns"]), "late": x}
-                        for x in lateness.stragglers(g, rec["scope"], wk, stage_of, rec["step_ns"]))
-            rows.append({**base, "steps": k, "window": w, "rank": None, "severity": None, "confidence": None})
-    return rows
-
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict[str, Any]]:
-    return [row for rec in _recordings() for row in _windows(rec)]
+    return [row for rec in calibrate.stored() for row in calibrate.kept_windows(rec)]
 
 
 def test_no_clean_window_names_a_rank_above_info(rows: list[dict[str, Any]]) -> None:

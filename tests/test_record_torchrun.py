@@ -61,9 +61,23 @@ def crashed_after_training(done: subprocess.CompletedProcess[str], report_dir: P
     """Every rank finished training and wrote its report, then one died by SIGABRT/SIGSEGV: the rare teardown
     abort of torch's Gloo/profiler threads in recorded CPU jobs ("terminate called without an active
     exception"; tools/abort_repro.py measures it; seen in 2 fresh-clone CI runs on 2026-12-06, both with other
-    work on the 2 cores). Tests that judge something else record once more when it happens."""
+    work on the 2 cores; on 2026-12-07 a plain job without commprof aborted the same way in a fresh-clone CI run,
+    test_record_windows' twin run: torch's, not ours). Tests that judge something else run once more when it
+    happens."""
     finished = sorted(int(p.stem.split("-")[1]) for p in report_dir.glob("rank-*.json"))
     return done.returncode != 0 and finished == list(range(ranks)) and bool(_CRASHED.search(done.stderr))
+
+
+def run_plain(command: list[str], report_dir: Path, ranks: int) -> subprocess.CompletedProcess[str]:
+    """The job without commprof (a recorded run's twin), once more if torch's teardown abort ended it after
+    every rank had finished training (:func:`crashed_after_training`)."""
+    done = subprocess.run(command, env=job_env(report_dir), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    if crashed_after_training(done, report_dir, ranks):
+        for p in report_dir.glob("rank-*.json"):
+            p.unlink()
+        done = subprocess.run(command, env=job_env(report_dir), capture_output=True, text=True,
+                              timeout=JOB_TIMEOUT_S)
+    return done
 
 
 def load_json(path: Path) -> Any:

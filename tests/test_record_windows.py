@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_record_torchrun import TOY, crashed_after_training, job_env, record_cmd, run_record, torchrun
+from test_record_torchrun import TOY, crashed_after_training, job_env, record_cmd, run_plain, run_record, torchrun
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.slow]
 
@@ -35,9 +35,8 @@ def test_every_n_steps_with_a_bound_on_windows(tmp_path: Path) -> None:
         done = run_record(run, torchrun(2, TOY, "--steps", "24"), *options, "--force", env=job_env(report_dir))
     assert done.returncode == 0, done.stderr
     plain_dir = tmp_path / "plain"
-    plain = subprocess.run(torchrun(2, TOY, "--steps", "24"), env=job_env(plain_dir), capture_output=True,
-                           text=True, timeout=120)
-    assert plain.returncode == 0
+    plain = run_plain(torchrun(2, TOY, "--steps", "24"), plain_dir, 2)
+    assert plain.returncode == 0, plain.stderr[-2000:]
     for rank in range(2):  # the script saw the same training with and without the windows
         ours, theirs = (json.loads((d / f"rank-{rank}.json").read_text()) for d in (report_dir, plain_dir))
         same = ("steps_done", "user_hook_calls", "user_profiler_events")

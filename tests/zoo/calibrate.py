@@ -2,7 +2,7 @@
 straggler rule names a rank where none is slow, at the step counts people record, beside a busy process.
 
     python tests/zoo/calibrate.py record --out DIR [--reps 4] [--active 40] [--busy 1] [--jobs demo4,demo8,...]
-    python tests/zoo/calibrate.py table DIR [--write]
+    python tests/zoo/calibrate.py table DIR [--write] [--add]   # --add: DIR's jobs beside the stored others
     python tests/zoo/calibrate.py demo --out DIR [--runs 20] [--busy 1]   # make demo afresh, beside a busy process
 
 ``record`` records each job of JOBS ``--reps`` times with ``--active`` profiled steps while ``--busy``
@@ -49,6 +49,9 @@ JOBS: dict[str, tuple[int, Any, int | None]] = {
     "zoo_clean": (4, lambda steps: zoolib.torchrun("clean", "--steps", str(steps)), None),
     "zoo_tp": (4, lambda steps: zoolib.torchrun("tp_megatron", "--steps", str(steps)), None),
     "slow": (4, lambda steps: zoolib.torchrun("slow_rank", "--steps", str(steps)), SLOW_RANK),
+    # pp=2 x dp=2 with stage 1 heavier (make test's small budget): no rank is slow within its stage
+    "zoo_pp": (4, lambda steps: zoolib.torchrun("pp_uneven", "--steps", str(steps), "--layers", "4", "--batch", "96"),
+               None),
 }
 
 
@@ -112,6 +115,40 @@ def judge(run_dir: Path, keep: list[dict[str, Any]] | None = None) -> list[dict[
                              "confidence": x.confidence, "slow": slow})
             rows.append({"job": meta["job"], "ranks": ranks, "busy": meta["busy"], "steps": k, "window": w,
                          "run": str(run_dir), "rank": None, "severity": None, "confidence": None, "slow": slow})
+    return rows
+
+
+STORED = REPO / "tests" / "data" / "lateness_recordings.json"
+
+
+def stored() -> list[dict[str, Any]]:
+    """What was kept of the recordings the product's table was measured on (:func:`kept`)."""
+    doc: list[dict[str, Any]] = json.loads(STORED.read_text()) if STORED.exists() else []
+    return doc
+
+
+def kept_windows(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows :func:`judge` makes of one recording, from what :func:`kept` kept of it (no traces needed): the
+    rule judged again, each row with its ``late`` (the rule's :class:`Late`) where a rank was named."""
+    import polars as pl
+
+    from commprof.analyzers import findings_rules, lateness
+
+    grid = pl.DataFrame(rec["grid"], schema={"pg": pl.String, "rank": pl.Int64, "step": pl.Int64,
+                                             "late_ns": pl.Float64})
+    work = pl.DataFrame(rec["work"], schema={"rank": pl.Int64, "step": pl.Int64, "work_ns": pl.Float64})
+    stage_of = {int(k): v for k, v in rec["stage_of"].items()}
+    steps = sorted(set(work["step"].to_list()) | set(grid["step"].to_list()))
+    rows = []
+    base = {"job": rec["job"], "ranks": rec["ranks"], "busy": rec["busy"], "slow": rec["slow"]}
+    for k in WINDOWS:
+        for w in range(len(steps) // k):
+            window = steps[w * k:(w + 1) * k]
+            g, wk = grid.filter(pl.col("step").is_in(window)), work.filter(pl.col("step").is_in(window))
+            rows.extend({**base, "steps": k, "window": w, "rank": x.rank, "confidence": x.confidence,
+                         "severity": findings_rules.straggler_severity(x, rec["step_ns"], rec["waited_ns"]), "late": x}
+                        for x in lateness.stragglers(g, rec["scope"], wk, stage_of, rec["step_ns"]))
+            rows.append({**base, "steps": k, "window": w, "rank": None, "severity": None, "confidence": None})
     return rows
 
 
@@ -225,6 +262,9 @@ def main() -> int:
     t = sub.add_parser("table")
     t.add_argument("dir", type=Path)
     t.add_argument("--write", action="store_true")
+    t.add_argument("--add", action="store_true",
+                   help="keep the stored recordings of other jobs (tests/data/lateness_recordings.json) and judge "
+                        "them again with DIR's: a job added to the calibration without recording the others anew")
     args = p.parse_args()
     if args.cmd == "record":
         record(args.out, args.jobs.split(","), args.reps, args.active, args.busy)
@@ -242,13 +282,21 @@ def main() -> int:
     keep: list[dict[str, Any]] = []
     rows = [row for d in dirs for row in judge(d, keep)]
     (args.dir / "windows.json").write_text(json.dumps(rows))
-    if args.write:
-        (REPO / "tests" / "data").mkdir(exist_ok=True)
-        (REPO / "tests" / "data" / "lateness_recordings.json").write_text(json.dumps(keep, separators=(",", ":")))
-    summary = summarize(rows)
-    busy = sorted({s["busy"] for s in summary})
+    busy = sorted({r["busy"] for r in rows})
     source = (f"{len(dirs)} recordings, {os.cpu_count()} cores, {'/'.join(map(str, busy))} busy process(es) beside "
               f"each, {time.strftime('%Y-%m-%d', time.gmtime())}")
+    if args.add:  # the stored recordings of the other jobs, judged again from what was kept of them
+        mine = {r["job"] for r in keep}
+        others = [r for r in stored() if r["job"] not in mine]
+        old = json.loads((REPO / "analyzers" / "calibration.json").read_text()).get("source", "")
+        source = (f"{len(others) + len(dirs)} recordings: {', '.join(sorted(mine))} ({len(dirs)}, "
+                  f"{time.strftime('%Y-%m-%d', time.gmtime())}) added to {old}")
+        keep = others + keep
+        rows = [{k: v for k, v in r.items() if k != "late"} for rec in keep for r in kept_windows(rec)]
+    if args.write:
+        STORED.parent.mkdir(exist_ok=True)
+        STORED.write_text(json.dumps(keep, separators=(",", ":")))
+    summary = summarize(rows)
     print(write(summary, source) if args.write else markdown(summary, advised(summary), source))
     return 0
 

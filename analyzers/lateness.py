@@ -9,9 +9,13 @@ classified):
 
 * the candidate is the rank with the most rank-steps among the group's ``n`` highest lateness values
   (``n`` = steps judged; ties go to the larger median excess);
-* **chance**: the probability that ``x`` or more of those ``n`` top values would fall on one rank if
-  lateness were shuffled at random over the group's rank-steps (hypergeometric), times the group size
-  (any rank could have been the candidate). 1 - chance is the confidence shown;
+* **chance**: the probability that ``x`` or more of those ``n`` top values would fall on one rank if the
+  ranks' lateness were shuffled at random within each step (each rank holds one of a step's values: with ``t``
+  of the top values in a step it holds one with probability ``t / members``; the count over the steps is
+  Poisson-binomial), times the group size (any rank could have been the candidate). 1 - chance is the
+  confidence shown. (Shuffled over all of the group's rank-steps instead, as before 2026-12-07, a pair's
+  "last in 5 of 6 steps" read as 8 % by luck where it is 22 %: in a group of two one rank is last in every
+  step);
 * **lateness per step** = the median over steps of (its lateness - the median of the others' in that
   step); **jitter** = the median over steps of the largest lateness among the others.
 
@@ -366,11 +370,23 @@ def _signed_rank(diffs: list[float]) -> float:
     return math.ldexp(sum(c for total, c in counts.items() if total >= target), -n)
 
 
-def _chance(top: int, n: int, members: int) -> float:
-    """P(X >= top), X ~ Hypergeometric(members * n rank-steps, n of them one rank's, n drawn), times members."""
-    pop = members * n
-    tail = sum(math.comb(n, i) * math.comb(pop - n, n - i) for i in range(top, n + 1))
-    return min(1.0, members * tail / math.comb(pop, n))
+def _chance(top: int, per_step: list[int], members: int) -> float:
+    """P(X >= top) times members, X the number of a step's top values one rank holds when each step's values are
+    shuffled over its ``members`` ranks: a sum of Bernoulli(t / members), ``t`` of the top values in each step
+    (``per_step``; Poisson-binomial, exact)."""
+    if top <= 0:
+        return 1.0
+    dist = [1.0]  # P(X = k) over the steps so far
+    for t in per_step:
+        p = min(1.0, t / members)
+        if p <= 0:
+            continue
+        nxt = [0.0] * (len(dist) + 1)
+        for k, q in enumerate(dist):
+            nxt[k] += q * (1 - p)
+            nxt[k + 1] += q * p
+        dist = nxt
+    return min(1.0, members * math.fsum(dist[top:]))
 
 
 def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = None,
@@ -392,9 +408,11 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
     # the chances are judged on stretches of ``block`` steps (:func:`stretch`), the magnitudes per step
     sums = np.array([_stretches(list(row), block) for row in table]) if block > 1 else table
     nb = sums.shape[1]
-    tops = [0] * m
-    for _, owner in sorted(((v, i) for i in range(m) for v in sums[i] if v > 0), key=lambda t: -t[0])[:nb]:
+    tops, per_step = [0] * m, [0] * nb
+    for _, owner, j in sorted(((v, i, j) for i in range(m) for j, v in enumerate(sums[i]) if v > 0),
+                              key=lambda t: -t[0])[:nb]:
         tops[owner] += 1
+        per_step[j] += 1
     excess = _excess(table)
     if index is not None and work is not None and work.height:
         evidence = index.evidence(ranks, steps, block)
@@ -415,7 +433,8 @@ def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = 
         last_b = int(sum(1 for j in range(nb) if sums[i, j] > 0 and sums[i, j] > other_sums[:, j].max()))
         w_excess, w_above, w_steps, w_chance, w_ranks = evidence[i]
         out.append(Late(rank=ranks[i], pg=pg, late_ns=excess[i], jitter_ns=float(np.median(others.max(axis=0))),
-                        steps_last=last, steps=n, top_share=top, chance=_chance(top, nb, m), members=m, scope=scope,
+                        steps_last=last, steps=n, top_share=top, chance=_chance(top, per_step, m), members=m,
+                        scope=scope,
                         separated=bool(m >= 3 and nb > 1 and sums[i].min() > 0
                                        and sums[i].min() >= JITTER_FACTOR * other_sums.max()),
                         work_excess_ns=w_excess, work_steps_above=w_above, work_steps=w_steps, work_chance=w_chance,

@@ -113,7 +113,8 @@ def test_a_rank_late_every_step_is_a_straggler_and_its_chance_is_stated() -> Non
         late[step][2] = 30.0 + step % 3  # rank 2: about 30 ms every step
     (x,) = lateness.late_ranks(_calls(late), "test")
     assert (x.rank, x.steps_last, x.steps, x.top_share) == (2, 8, 8, 8)
-    assert x.chance == pytest.approx(4 / math.comb(32, 8))
+    # the 8 highest values are one a step: by luck one rank holds each with 1/4, any of 4 ranks
+    assert x.chance == pytest.approx(4 * 0.25 ** 8)
     assert x.late_ns == pytest.approx(31e6)
     assert lateness.is_straggler(x, step_ns=100e6)
     # last in only half of the steps: not "most"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -289,8 +290,11 @@ def main() -> int:
         mine = {r["job"] for r in keep}
         others = [r for r in stored() if r["job"] not in mine]
         old = json.loads((REPO / "analyzers" / "calibration.json").read_text()).get("source", "")
-        source = (f"{len(others) + len(dirs)} recordings: {', '.join(sorted(mine))} ({len(dirs)}, "
-                  f"{time.strftime('%Y-%m-%d', time.gmtime())}) added to {old}")
+        head, _, base = old.rpartition(" added to ")  # "N recordings: job (n, date); ... added to BASE"
+        added = {job: what for job, what in re.findall(r"(\w+) \((\d+, [\d-]+)\)", head)}
+        added.update({job: f"{len(dirs)}, {time.strftime('%Y-%m-%d', time.gmtime())}" for job in sorted(mine)})
+        source = (f"{len(others) + len(dirs)} recordings: "
+                  f"{'; '.join(f'{job} ({what})' for job, what in sorted(added.items()))} added to {base or old}")
         keep = others + keep
         rows = [{k: v for k, v in r.items() if k != "late"} for rec in keep for r in kept_windows(rec)]
     if args.write:

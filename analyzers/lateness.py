@@ -607,14 +607,18 @@ def paired(x: Late) -> bool:
 def is_straggler(x: Late, step_ns: float) -> bool:
     """Its peers wait for it (positive lateness), it does not do less than the others (a rank that looks
     late only beside a faster partner), and it is consistent: in lateness (last in most steps, unlikely by
-    luck, above the jitter and ``MIN_SHARE`` of the step) or in work (more than the others step after step,
-    ``MAX_WORK_CHANCE``); a consistent worker that costs its peers little is reported with that little
-    saving (info), as the uneven work it is."""
+    luck, above the jitter and ``MIN_SHARE`` of the step; or last in every step of a window too short to rule luck
+    out) or in work (more than the others step after step, ``MAX_WORK_CHANCE``); a consistent worker that costs
+    its peers little is reported with that little saving (info), as the uneven work it is."""
     if x.late_ns <= 0:
         return False
     if x.work_excess_ns is not None and x.work_excess_ns < 0:
         return False
-    late_ok = (2 * (x.blocks_last if x.blocks else x.steps_last) > x.judged and x.chance <= MAX_CHANCE
-               and x.late_ns >= max(JITTER_FACTOR * x.jitter_ns, MIN_SHARE * step_ns))
+    last = x.blocks_last if x.blocks else x.steps_last
+    clear = x.late_ns >= max(JITTER_FACTOR * x.jitter_ns, MIN_SHARE * step_ns)
+    late_ok = 2 * last > x.judged and x.chance <= MAX_CHANCE and clear
+    # last in every stretch of a window too short for luck to be ruled out at all (members ** (1 - stretches) above
+    # MAX_CHANCE: a pair's 4 steps): reported, at info (no witness is sure), so the finding can say to record longer
+    short_ok = x.judged > 0 and last == x.judged and x.members ** (1 - x.judged) > MAX_CHANCE and clear
     work_ok = x.work_chance is not None and x.work_chance <= MAX_WORK_CHANCE
-    return late_ok or work_ok
+    return late_ok or short_ok or work_ok

@@ -137,6 +137,7 @@ def test_time_windows_every_t_seconds(tmp_path: Path) -> None:
     assert 1 <= len(both) <= 3 and len(windows) <= 4, traced
     assert all(name in both for name in windows[1:-1]), traced
     report = _analyze(run, tmp_path)
+    assert report["run"]["window"]["name"] == both[-1]  # the newest window with both ranks', never a partial one
     rows = report["windows"]["rows"]
     assert rows and all(r["step"] is None and isinstance(r["seconds"], int) for r in rows)
 

@@ -122,6 +122,46 @@ def test_a_windowed_run_analyzes_whole_alone_and_in_pairs(cli: Any, tmp_path: Pa
     assert both.exit_code == 2 and "different windows of a run (step-00000010, step-00000030)" in both.stderr
 
 
+def test_a_newest_window_open_on_some_ranks_only_is_not_the_report(cli: Any, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time windows open on each rank's own clock: a job can end with its newest window open on one rank only (seen
+    in a fresh-clone CI run, test_record_windows). The report is the newest window with every rank's traces, and
+    says which it passed over; the trend keeps them all."""
+    run = windowed_run(tmp_path / "run")
+    newest = run / "windows" / "step-00000030" / "raw" / "traces"
+    for trace in sorted(newest.iterdir())[1:]:
+        trace.unlink()
+    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path / "cache"))
+    result = cli("analyze", str(run), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["run"]["window"]["name"] == "step-00000020"
+    assert len(report["ranks"]["rows"] if isinstance(report["ranks"], dict) else report["ranks"]) == 4
+    said = [w for w in report["warnings"] if "fewer ranks' traces than step-00000020 (4)" in w]
+    assert said and "step-00000030 (1)" in said[0], report["warnings"]
+    assert [r["window"] for r in report["windows"]["rows"]] == ["step-00000010", "step-00000020", "step-00000030"]
+    text = cli("analyze", str(run))
+    assert text.exit_code == 0 and "the tables below are step-00000020's" in text.stdout
+
+
+def test_node_folders_whose_newest_window_lacks_a_rank_report_the_one_before(cli: Any, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for a job's node folders given together: window by window across the nodes (ranks 0-1 on one,
+    2-3 on the other), the newest holding 3 of the 4 ranks."""
+    nodes = [windowed_run(tmp_path / name) for name in ("node-a", "node-b")]
+    for node, others in zip(nodes, ((2, 3), (0, 1)), strict=True):
+        for trace in (t for r in others for t in (node / "windows").glob(f"*/raw/traces/rank-{r}.*")):
+            trace.unlink()
+    next((nodes[1] / "windows" / "step-00000030" / "raw" / "traces").glob("rank-3.*")).unlink()
+    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path / "cache"))
+    result = cli("analyze", *map(str, nodes), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["run"]["window"]["name"] == "step-00000020"
+    assert any("step-00000030 (3)" in w and "the report is step-00000020's" in w for w in report["warnings"])
+    assert [r["window"] for r in report["windows"]["rows"]] == ["step-00000010", "step-00000020", "step-00000030"]
+
+
 def test_a_window_that_cannot_be_read_is_said(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = windowed_run(tmp_path / "run", (10, 20))
     for trace in (run / "windows" / "step-00000010" / "raw" / "traces").iterdir():

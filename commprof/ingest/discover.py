@@ -7,7 +7,7 @@ import os
 import re
 import stat
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -263,10 +263,11 @@ def discover(path: str | Path) -> Source:
         raw = p / "raw"
         traces = _walk(raw, problems) if raw.is_dir() else []
         windows = window_runs(p)
-        if not traces and windows:  # repeating windows: the newest is the run's report, the others its trend
-            newest = discover(windows[-1])
-            return replace(newest, windows=tuple((w.name, (w,)) for w in windows),
-                           problems=tuple(problems) + newest.problems)
+        if not traces and windows:  # repeating windows: the newest whole one is the run's report, all its trend
+            named = [(w.name, (w,)) for w in windows]
+            pick = _reported_window(named, problems)
+            newest = discover(windows[pick])
+            return replace(newest, windows=tuple(named), problems=tuple(problems) + newest.problems)
         if not traces:
             raise InputError("run directory has no traces under raw/" + _why_no_traces(p, manifest)
                              + (f"; {problems[-1]}" if problems else ""), p)
@@ -279,6 +280,32 @@ def discover(path: str | Path) -> Source:
         raise InputError("no traces (Kineto *.json, *.json.gz; nsys *.sqlite) in this folder"
                          + (f"; {problems[-1]}" if problems else ""), p)
     return Source(p, "folder", p, tuple(traces), None, tuple(problems))
+
+
+def _trace_count(window: Path) -> int:
+    try:
+        return sum(1 for t in (window / "raw" / "traces").iterdir() if is_trace_name(t.name))
+    except OSError:
+        return 0
+
+
+def _window_traces(paths: tuple[Path, ...]) -> int:
+    return sum(_trace_count(p) for p in paths)
+
+
+def _reported_window(windows: Sequence[tuple[str, tuple[Path, ...]]], problems: list[str]) -> int:
+    """Which window (oldest first) is the run's report: the newest, unless it holds fewer ranks' traces than an
+    older one. Time windows open on each rank's own clock, so a job can end with the newest window open on some
+    ranks only; its report would be those ranks' alone. Said in ``problems``; the trend keeps every window."""
+    counts = [_window_traces(paths) for _, paths in windows]
+    most = max(counts, default=0)
+    pick = max(i for i, c in enumerate(counts) if c == most) if counts else 0
+    if pick != len(windows) - 1:
+        skipped = ", ".join(f"{windows[i][0]} ({counts[i]})" for i in range(pick + 1, len(windows)))
+        problems.append(f"the newest windows hold fewer ranks' traces than {windows[pick][0]} ({most}): {skipped} "
+                        f"(opened on some ranks only before the job ended); the report is {windows[pick][0]}'s, "
+                        "the trend lists them all")
+    return pick
 
 
 def window_runs(run_dir: Path) -> list[Path]:
@@ -347,8 +374,11 @@ def _join(sources: list[Source], given: tuple[Path, ...], root: Path | None = No
             for name, paths in s.windows or ((s.path.name, (s.root,)),):
                 by_name.setdefault(name, []).extend(paths)
         names = sorted(by_name)
-        newest = _join([discover(p) for p in by_name[names[-1]]], given=given, root=root)
-        return replace(newest, windows=tuple((n, tuple(by_name[n])) for n in names))
+        in_order = [(n, tuple(by_name[n])) for n in names]
+        notes: list[str] = []
+        pick = _reported_window(in_order, notes)
+        newest = _join([discover(p) for p in by_name[names[pick]]], given=given, root=root)
+        return replace(newest, windows=tuple(in_order), problems=tuple(notes) + newest.problems)
     sources = [d for s in sources for d in ([discover(f) for f in s.folders] if s.kind == "job" else [s])]
     named = sorted({n for s in sources if (n := window_name(s.manifest))})
     if len(named) > 1:

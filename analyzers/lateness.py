@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -373,20 +374,26 @@ def _signed_rank(diffs: list[float]) -> float:
 def _chance(top: int, per_step: list[int], members: int) -> float:
     """P(X >= top) times members, X the number of a step's top values one rank holds when each step's values are
     shuffled over its ``members`` ranks: a sum of Bernoulli(t / members), ``t`` of the top values in each step
-    (``per_step``; Poisson-binomial, exact)."""
+    (``per_step``; Poisson-binomial, exact: the binomials of the steps with the same ``t`` convolved, so a long
+    recording costs a few array operations, not steps x steps)."""
     if top <= 0:
         return 1.0
-    dist = [1.0]  # P(X = k) over the steps so far
-    for t in per_step:
-        p = min(1.0, t / members)
-        if p <= 0:
-            continue
-        nxt = [0.0] * (len(dist) + 1)
-        for k, q in enumerate(dist):
-            nxt[k] += q * (1 - p)
-            nxt[k + 1] += q * p
-        dist = nxt
-    return min(1.0, members * math.fsum(dist[top:]))
+    dist = np.ones(1)
+    for t, count in Counter(t for t in per_step if t > 0).items():
+        dist = np.convolve(dist, _binomial_pmf(count, min(1.0, t / members)))
+    return min(1.0, members * math.fsum(dist[top:].tolist()))
+
+
+def _binomial_pmf(n: int, p: float) -> np.ndarray:
+    """P(K = k) for k = 0..n, K ~ Binomial(n, p), from logarithms (no underflow of (1 - p) ** n to 0 first)."""
+    if p >= 1.0:
+        out = np.zeros(n + 1)
+        out[n] = 1.0
+        return out
+    log_fact = np.array([math.lgamma(i + 1) for i in range(n + 1)])
+    k = np.arange(n + 1)
+    pmf: np.ndarray = np.exp(log_fact[n] - log_fact - log_fact[::-1] + k * math.log(p) + (n - k) * math.log1p(-p))
+    return pmf
 
 
 def _judge(pg: str, grid: pl.DataFrame, scope: str, work: pl.DataFrame | None = None,

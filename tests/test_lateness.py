@@ -6,6 +6,7 @@ sizes unknown, calls matched by order, as in traces from an older PyTorch) and h
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import math
 from pathlib import Path
@@ -168,6 +169,21 @@ def _work(per_rank_ms: dict[int, list[float]]) -> pl.DataFrame:
     """rank, step, work_ns as lateness.rank_work gives it (hand-built)."""
     rows = [{"rank": r, "step": s, "work_ns": v * 1e6} for r, vs in per_rank_ms.items() for s, v in enumerate(vs)]
     return pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "work_ns": pl.Float64})
+
+
+@pytest.mark.parametrize("per_step", [(1, 1, 1, 1), (2, 1, 0, 3), (3, 0, 1, 2), (1, 2, 2, 1)])
+def test_the_lateness_chance_is_the_within_step_shuffle(per_step: tuple[int, ...]) -> None:
+    # every way of shuffling each step's 3 values over 3 ranks (6 ** 4), the step holding ``t`` top values: how often
+    # rank 0 holds ``top`` of them or more, times the 3 ranks any of which could have been the candidate
+    m = 3
+    for top in range(1, sum(per_step) + 1):
+        hits = total = 0
+        for perms in itertools.product(itertools.permutations(range(m)), repeat=len(per_step)):
+            held = sum(1 for perm, t in zip(perms, per_step, strict=True) if perm.index(0) < t)
+            hits += held >= top
+            total += 1
+        assert lateness._chance(top, list(per_step), m) == pytest.approx(min(1.0, m * hits / total), abs=1e-12)
+    assert lateness._chance(0, list(per_step), m) == 1.0
 
 
 def test_signed_rank_test_is_exact() -> None:

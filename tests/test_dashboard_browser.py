@@ -581,6 +581,24 @@ def test_pages_past_256_ranks_show_hosts_and_groups_worst_first(browser: Any,
         assert "drawn are gpu-node-05 and" in wait_for(browser, f"#{ids.TOPO_SCALE}", text="gpu-node-05").text
         assert browser.current_url.endswith("/run/s1k/topology?host=gpu-node-05")
 
+        # the collectives page's group filter: the 20 groups that wait most, any other found by typing
+        browser.get(f"{srv.url}/run/s1k/collectives")
+        wait_plot(browser, ids.COLL_SCATTER, timeout=60)
+        assert "groups listed: the 20 of" in browser.find_element(By.CSS_SELECTOR, ".controls").text
+        browser.find_element(By.CSS_SELECTOR, f"#{ids.COLL_FILTER_PG}").click()
+        options = browser.find_elements(By.CSS_SELECTOR, "[role=option]")
+        assert 1 < len(options) <= 20
+        browser.find_element(By.CSS_SELECTOR, "input.dash-dropdown-search").send_keys(Keys.ESCAPE)
+        _pick_by_typing(browser, ids.COLL_FILTER_PG, "pg 77", "(pg 77)")
+        deadline = time.monotonic() + 20
+        while "pg=77" not in browser.current_url and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "pg=77" in browser.current_url
+        rows = wait_for(browser, f"#{ids.COLL_TABLE}", text="pg 77").text
+        assert "pg 77" in rows
+        check_layout(browser, "s1k/collectives")
+        shot(browser, "s1k-collectives-group-found")
+
         # the timeline's rank dropdown: the chosen ranks and the worst hosts' first 20, any other found by typing
         browser.get(f"{srv.url}/run/s1k/timeline")
         wait_plot(browser, ids.TIMELINE_GRAPH, timeout=60)

@@ -13,7 +13,7 @@ import polars as pl
 from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
 from dash.dash_table.Format import Format, Scheme
 
-from commprof.dashboard import ids
+from commprof.dashboard import ids, scale
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.state import BadInput, as_choice, as_key, guarded, href
 from commprof.figures import charts as figures
@@ -50,6 +50,15 @@ def _options(groups: pl.DataFrame, column: str) -> list[str]:
     return sorted({str(v) for v in groups[column].to_list()}) if groups.height else []
 
 
+def _group_options(cache: RunCache, key: str, present: list[str]) -> list[tuple[str, str]]:
+    """(pg, label) of the groups with collectives in the table, the ones that wait most first (the skew page's
+    order and labels), then the others by name: what the group filter finds past 256 ranks by typing."""
+    here = set(present)
+    ranked = [(pg, label) for pg, label in scale.group_options(cache, key) if pg in here]
+    names, seen = cache.group_names(key), {pg for pg, _ in ranked}
+    return ranked + [(pg, names.get(pg, pg)) for pg in present if pg not in seen]
+
+
 def _rows(cache: RunCache, key: str, groups: pl.DataFrame) -> list[dict[str, Any]]:
     if groups.height == 0:
         return []
@@ -68,6 +77,7 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
     query = query or {}
     groups = cache.collective_groups(key)
     controls, problems = [], []
+    big = scale.at_scale(cache, key)
     for column, cid in FILTERS:
         options = _options(groups, column)
         labels = cache.group_names(key) if column == "pg" else {}
@@ -76,9 +86,14 @@ def layout(cache: RunCache, key: str, query: dict[str, str] | None = None) -> An
         except BadInput as err:
             problems.append(f"{err} (filter left empty)")
             value = []
+        if column == "pg" and big:  # past 256 ranks: the groups that wait most and the chosen, any other by typing
+            listed = scale.find(_group_options(cache, key, options), None, value)
+            hint = [html.Span(f"groups listed: the {min(scale.SEARCH_RESULTS, len(options))} of {len(options):,} "
+                              "that wait most; type a group's number or name to find another", className="muted")]
+        else:
+            listed, hint = [{"label": labels.get(o, o), "value": o} for o in options], []
         controls += [html.Label(column if column != "pg" else "group"), dcc.Dropdown(
-            id=cid, multi=True, value=value, placeholder="any", style={"minWidth": "170px"},
-            options=[{"label": labels.get(o, o), "value": o} for o in options])]
+            id=cid, multi=True, value=value, placeholder="any", style={"minWidth": "170px"}, options=listed), *hint]
     return html.Div([
         html.H2(f"{key} — collectives"),
         html.Div(controls, className="controls"),
@@ -113,6 +128,18 @@ def register(app: Dash, cache: RunCache) -> None:
         shown = _filtered(groups, chosen)
         calls = _filtered(cache.analysis(key).collectives, chosen)
         return _rows(cache, key, shown), figures.busbw_figure(calls, cache.group_names(key)), no_update
+
+    @app.callback(Output(ids.COLL_FILTER_PG, "options"), Input(ids.COLL_FILTER_PG, "search_value"),
+                  State(ids.COLL_FILTER_PG, "value"), State(ids.RUN_KEY, "data"), prevent_initial_call=True)
+    @guarded(1, None)
+    def search(text: Any, value: Any, key: Any) -> Any:
+        """Past 256 ranks the group filter holds the groups that wait most and the chosen ones; typing finds any
+        other by number or name (a smaller run's lists every group and filters itself)."""
+        key = as_key(key, cache.runs)
+        if not scale.at_scale(cache, key):
+            return no_update
+        present = _options(cache.collective_groups(key), "pg")
+        return scale.find(_group_options(cache, key, present), text, value if isinstance(value, list) else [])
 
     @app.callback(Output(ids.URL, "search", allow_duplicate=True), *[Input(cid, "value") for _, cid in FILTERS],
                   State(ids.RUN_KEY, "data"), prevent_initial_call=True)

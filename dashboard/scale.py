@@ -14,12 +14,14 @@ from dash import dcc, html
 
 from commprof.dashboard.cache import RunCache
 from commprof.dashboard.state import href
+
+# past AGGREGATE_ABOVE_RANKS (the largest run the browser tests check rank by rank, test_256_ranks) the pages, and the
+# report's topology picture, draw hosts; WORST_HOSTS of them
+from commprof.figures.hosts import AGGREGATE_ABOVE_RANKS, WORST_HOSTS
 from commprof.figures.style import fmt_bytes
 from commprof.report import analysis_text
 from commprof.report.analysis_text import fmt_ms  # the CLI's: the unit is in the column's name
 
-AGGREGATE_ABOVE_RANKS = 256  # the largest run the browser tests check rank by rank (tests: test_256_ranks)
-WORST_HOSTS = 16  # hosts in a table and in the topology's drawing
 WORST_GROUPS = analysis_text.MAX_GROUP_ROWS  # process groups in a table (the CLI's 20)
 SEARCH_RESULTS = 20  # a dropdown's options: the worst ones, or those a search finds
 HOST_COLUMNS = ["#", "host", "ranks", "step ms", "exposed ms", "· wait ms", "others wait for its rank ms/step",

@@ -18,6 +18,25 @@ from commprof.figures.topology import MAX_LINKS, add_link_traces, heaviest_links
 
 SLOW_PORT_COLOUR = "#c62828"
 CHOSEN_COLOUR = "#1565c0"
+AGGREGATE_ABOVE_RANKS = 256  # past this many ranks the views draw hosts, worst first, never a box per rank
+WORST_HOSTS = 16  # hosts in a table and in a topology drawing of a large run
+
+
+def drawn_hosts(summary: pl.DataFrame, chosen: str | None = None, limit: int = WORST_HOSTS) -> pl.DataFrame:
+    """The hosts a large run's topology draws: the first ``limit`` rows of the analysis' host summary (worst
+    first), the ``chosen`` one in the last place when it is not among them."""
+    head = summary.head(limit)
+    if chosen is None or chosen in set(head["host"].to_list()):
+        return head
+    return pl.concat([head.head(limit - 1), summary.filter(pl.col("host") == chosen)])
+
+
+def hosts_drawing(analysis: Any, chosen: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """(the hosts drawn, their traffic with every other host summed, calls left out) of an ``Analysis``: what the
+    dashboard's topology page and the report's picture draw past ``AGGREGATE_ABOVE_RANKS`` ranks."""
+    hosts = drawn_hosts(analysis.host_summary, chosen)
+    links, calls_left_out = analysis.host_traffic(hosts["host"].to_list())
+    return hosts, links, calls_left_out
 
 
 def _pairs(links: pl.DataFrame) -> pl.DataFrame:
@@ -38,7 +57,7 @@ def _inside(links: pl.DataFrame) -> dict[str, list[str]]:
     return out
 
 
-def _hover(row: dict[str, Any], inside: list[str]) -> str:
+def _hover(row: dict[str, Any], inside: list[str], interactive: bool = True) -> str:
     lines = [f"<b>#{row['worst']} {row['host']}</b>: {row['ranks']} ranks ({row['first_rank']}–{row['last_rank']})",
              f"exposed comm {style.fmt_ms(row['exposed_comm_ns'])} ms per rank-step",
              f"to other hosts {style.fmt_bytes(row['net_bytes_per_step'])}/step, "
@@ -49,15 +68,16 @@ def _hover(row: dict[str, Any], inside: list[str]) -> str:
     if row["port_gbps"] is not None:
         lines.append(f"port {row['port_gbps']:g} GB/s" + (" (slower than the run's fastest)" if row["slow_port"]
                                                           else ""))
-    return "<br>".join([*lines, *inside, "(click: the timeline of its ranks)"])
+    return "<br>".join([*lines, *inside, *(["(click: the timeline of its ranks)"] if interactive else [])])
 
 
-def host_topology_figure(hosts: pl.DataFrame, links: pl.DataFrame, total_hosts: int, chosen: str | None = None
-                         ) -> go.Figure:
+def host_topology_figure(hosts: pl.DataFrame, links: pl.DataFrame, total_hosts: int, chosen: str | None = None,
+                         interactive: bool = True) -> go.Figure:
     """``hosts`` (host summary rows, in order) as boxes on a circle around one box for the run's other hosts;
     links coloured by dimension and as wide as their bytes per step (the heaviest MAX_LINKS, equal ones all or
     none, as the topology of a smaller run); a box outlined red when its ports are slower than the run's
-    fastest, blue when it is ``chosen``. A box's customdata is its host (a click opens its ranks' timeline)."""
+    fastest, blue when it is ``chosen``. A box's customdata is its host (a click opens its ranks' timeline);
+    ``interactive=False`` (a report's page) says nothing of clicking or picking."""
     title = f"The {hosts.height} hosts first in line and the other {total_hosts - hosts.height:,}; links coloured " \
             "by dimension, width = bytes per step"
     if hosts.height == 0:
@@ -97,12 +117,14 @@ def host_topology_figure(hosts: pl.DataFrame, links: pl.DataFrame, total_hosts: 
         x=[centre[r["host"]][0] for r in rows], y=[centre[r["host"]][1] for r in rows], mode="markers+text",
         text=labels, textfont={"size": 9, "color": "#263238"}, showlegend=False, name="host",
         customdata=[r["host"] for r in rows], marker={"size": 40, "opacity": 0, "symbol": "square"},
-        hovertext=[_hover(r, inside.get(r["host"], [])) for r in rows], hovertemplate="%{hovertext}<extra></extra>"))
+        hovertext=[_hover(r, inside.get(r["host"], []), interactive) for r in rows],
+        hovertemplate="%{hovertext}<extra></extra>"))
     if rest > 0:
         fig.add_trace(go.Scatter(
-            x=[0.0], y=[0.0], mode="text", text=[f"<b>{rest:,} other hosts</b><br>(pick one above)"],
+            x=[0.0], y=[0.0], mode="text",
+            text=[f"<b>{rest:,} other hosts</b>" + ("<br>(pick one above)" if interactive else "")],
             textfont={"size": 10, "color": "#455a64"}, showlegend=False, hoverinfo="skip"))
-    notes = ["ranks summed per host: click a host for its ranks' timeline"]
+    notes = ["ranks summed per host" + (": click a host for its ranks' timeline" if interactive else "")]
     if any(r["slow_port"] for r in rows):
         notes.append("red: ports slower than the run's fastest")
     if pairs.height < all_links:

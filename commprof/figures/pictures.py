@@ -4,7 +4,8 @@ their numbers (step time per rank, dimension × tier), and from the run's analys
 first view: the top finding's ranks and groups, else the late rank's, else the ranks with the most exposed comm.
 
 Sizes stay bounded whatever the run's size: the timeline shows at most ``TIMELINE_RANKS`` ranks of one step, the
-skew heatmap at most ``SKEW_COLUMNS`` calls of one group, the topology rolls ranks up to hosts (charts.py)."""
+skew heatmap at most ``SKEW_COLUMNS`` calls of one group, the topology rolls ranks up to hosts (charts.py), and past
+``AGGREGATE_ABOVE_RANKS`` ranks draws the hosts first in line and every other host summed, as the dashboard does."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from commprof.figures import charts, transforms
+from commprof.figures.hosts import AGGREGATE_ABOVE_RANKS, host_topology_figure, hosts_drawing
 from commprof.figures.style import group_label, natural_key
 from commprof.figures.topology import topology_figure
 
@@ -78,7 +80,18 @@ def run_pictures(analysis: Analysis, report: dict[str, Any]) -> list[Picture]:
     skew = _skew(analysis, report, names)
     if skew is not None:
         out.append(skew)
-    if analysis.ranks.height:
+    if analysis.ranks.height > AGGREGATE_ABOVE_RANKS:  # hosts, worst first, as the dashboard draws them
+        drawn, links, _ = hosts_drawing(analysis)
+        total = analysis.host_summary.height
+        fig = host_topology_figure(drawn, links, total, interactive=False)
+        left_out = (fig.layout.meta or {}).get("left_out") or []
+        caption = (f"{analysis.ranks.height:,} ranks on {total:,} hosts: drawn are the {drawn.height} first in line "
+                   "(slow ports, then the ranks the others wait for, then exposed comm), every other host summed "
+                   "in the middle; links coloured by dimension, as thick as their bytes per step.")
+        if left_out:
+            caption += " Not drawn (equal links are drawn all or none): " + "; ".join(left_out) + "."
+        out.append(Picture("topology", caption, fig))
+    elif analysis.ranks.height:
         hosts = {int(r): (h or "?") for r, h in analysis.ranks.select("rank", "host").iter_rows()}
         fig = topology_figure(analysis.ranks, analysis.traffic,
                                      transforms.host_traffic(analysis.traffic, hosts))

@@ -18,6 +18,7 @@ from commprof.dashboard.cache import RunCache
 from commprof.dashboard.pages.overview import _point
 from commprof.dashboard.state import BadInput, as_choice, as_key, as_ranks, guarded, href
 from commprof.figures import charts as figures
+from commprof.figures import hosts as hosts_figures
 from commprof.figures import transforms
 from commprof.figures.hosts import host_matrix_figure, host_topology_figure
 
@@ -53,22 +54,16 @@ def _how(cache: RunCache, key: str, left_out: int) -> Any:
 
 
 def drawn_hosts(cache: RunCache, key: str, chosen: str | None) -> pl.DataFrame:
-    """The hosts drawn: the analysis' first WORST_HOSTS (worst first), the chosen one in the last place when
-    it is not among them."""
-    summary = cache.analysis(key).host_summary
-    head = summary.head(scale.WORST_HOSTS)
-    if chosen is None or chosen in set(head["host"].to_list()):
-        return head
-    return pl.concat([head.head(scale.WORST_HOSTS - 1), summary.filter(pl.col("host") == chosen)])
+    """The hosts drawn (figures.hosts.drawn_hosts: the analysis' first WORST_HOSTS, the chosen one last)."""
+    return hosts_figures.drawn_hosts(cache.analysis(key).host_summary, chosen)
 
 
 def figures_at_scale(cache: RunCache, key: str, chosen: str | None) -> tuple[Any, Any, list[str], int]:
     """(graph, traffic matrix, links left out, calls left out) of the drawn hosts: the analysis' traffic
     of those hosts apart and every other host summed (Analysis.host_traffic: no rank pair is made)."""
     a = cache.analysis(key)
-    hosts = drawn_hosts(cache, key, chosen)
+    hosts, links, calls_left_out = hosts_figures.hosts_drawing(a, chosen)
     names = hosts["host"].to_list()
-    links, calls_left_out = a.host_traffic(names)
     total = a.host_summary.height
     graph = host_topology_figure(hosts, links, total, chosen)
     return graph, host_matrix_figure(links, names, total), list((graph.layout.meta or {}).get("left_out") or []), \

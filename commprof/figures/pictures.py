@@ -80,27 +80,32 @@ def run_pictures(analysis: Analysis, report: dict[str, Any]) -> list[Picture]:
     skew = _skew(analysis, report, names)
     if skew is not None:
         out.append(skew)
-    if analysis.ranks.height > AGGREGATE_ABOVE_RANKS:  # hosts, worst first, as the dashboard draws them
+    topology = _topology(analysis)
+    if topology is not None:
+        out.append(topology)
+    return out
+
+
+def _topology(analysis: Analysis) -> Picture | None:
+    """The hosts and their links: past ``AGGREGATE_ABOVE_RANKS`` ranks the hosts first in line and every other host
+    summed (as the dashboard draws them), else every host with its ranks."""
+    if not analysis.ranks.height:
+        return None
+    if analysis.ranks.height > AGGREGATE_ABOVE_RANKS:
         drawn, links, _ = hosts_drawing(analysis)
         total = analysis.host_summary.height
         fig = host_topology_figure(drawn, links, total, interactive=False)
-        left_out = (fig.layout.meta or {}).get("left_out") or []
         caption = (f"{analysis.ranks.height:,} ranks on {total:,} hosts: drawn are the {drawn.height} first in line "
                    "(slow ports, then the ranks the others wait for, then exposed comm), every other host summed "
                    "in the middle; links coloured by dimension, as thick as their bytes per step.")
-        if left_out:
-            caption += " Not drawn (equal links are drawn all or none): " + "; ".join(left_out) + "."
-        out.append(Picture("topology", caption, fig))
-    elif analysis.ranks.height:
+    else:
         hosts = {int(r): (h or "?") for r, h in analysis.ranks.select("rank", "host").iter_rows()}
-        fig = topology_figure(analysis.ranks, analysis.traffic,
-                                     transforms.host_traffic(analysis.traffic, hosts))
-        left_out = (fig.layout.meta or {}).get("left_out") or []
+        fig = topology_figure(analysis.ranks, analysis.traffic, transforms.host_traffic(analysis.traffic, hosts))
         caption = "Hosts with their ranks; links coloured by dimension, as thick as their bytes per step."
-        if left_out:
-            caption += " Not drawn (equal links are drawn all or none): " + "; ".join(left_out) + "."
-        out.append(Picture("topology", caption, fig))
-    return out
+    left_out = (fig.layout.meta or {}).get("left_out") or []
+    if left_out:
+        caption += " Not drawn (equal links are drawn all or none): " + "; ".join(left_out) + "."
+    return Picture("topology", caption, fig)
 
 
 def _group_names(analysis: Analysis) -> dict[str, str]:

@@ -223,6 +223,13 @@ def _straggler_text(x: lateness.Late, cap: str, known: str | None, row: dict[str
                 f"{evidence} A host that keeps one rank behind does so for several steps at a time, so a short "
                 f"window cannot tell it from a slower rank ({stretches}); {steps} profiled steps named the "
                 "calibration's slow rank and no clean rank (docs/findings.md, \"Calibration\").")
+    if lateness.explained(x):  # its work explains it, but a witness is below 90 %: say which
+        return (f"rank {x.rank} may be a straggler: {ms(x.late_ns)} per step after its peers{where}, with {work}, "
+                f"but last in only {over} ({_sure(x.chance)} sure it is not luck; named above info from 90 %, with "
+                f"its work {_sure(x.work_chance) if x.work_chance is not None else 'unjudged'} sure)",
+                f"{evidence} {x.top_share} of the group's {x.judged} highest latenesses are its own (chance by luck "
+                f"{_chance_text(x.chance)}), {stretches}. Its own work explains its lateness, but both witnesses must "
+                "be 90 % sure to name it above info (analyzers/lateness.py): record more steps to tell.")
     return (f"rank {x.rank} may be a straggler: last in {over}, {ms(x.late_ns)} per step after its peers{where}, "
             f"but with only {work}: a host holding it back (a busy neighbour, CPU contention) looks like this",
             f"{evidence} Its own work per step (compute and copies with none of its communication in flight) "
